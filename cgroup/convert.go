@@ -1,0 +1,66 @@
+package cgroup
+
+import "github.com/containerd/cgroups/v3/cgroup2"
+
+// The CPU conversions below follow the kubelet, which computes these values
+// before it hands them to the runtime:
+//   - kubernetes/kubernetes pkg/kubelet/cm/helpers_linux.go
+//     (MilliCPUToQuota, MilliCPUToShares and their constants), and
+//   - pkg/kubelet/kuberuntime/helpers_linux.go (milliCPUToQuota).
+//
+// They are written out here because k8s.io/kubernetes is not meant to be
+// imported as a library. The shares-to-weight step is runc's and is taken
+// from containerd/cgroups (cgroup2.ConvertCPUSharesToCgroupV2Value), which
+// carries the quadratic formula of opencontainers/cgroups v0.0.5 that runc
+// 1.3.2+ and 1.4 use.
+const (
+	MinShares      = 2       // kubelet MinShares
+	MaxShares      = 262144  // kubelet MaxShares
+	SharesPerCPU   = 1024    // kubelet SharesPerCPU
+	MilliCPUToCPU  = 1000    // kubelet MilliCPUToCPU
+	DefaultPeriod  = 100000  // kubelet QuotaPeriod, in microseconds
+	MinQuotaPeriod = 1000    // kubelet MinQuotaPeriod: the smallest quota, 1ms
+	MinPeriod      = 1000    // kernel: cpu.max period lower bound (1ms)
+	MaxPeriod      = 1000000 // kernel: cpu.max period upper bound (1s)
+)
+
+// MilliCPUToQuota converts a CPU limit in millicores to a CFS quota for the
+// given period, in microseconds. Zero means no limit and yields Unlimited.
+func MilliCPUToQuota(milliCPU int64, period uint64) int64 {
+	if milliCPU <= 0 {
+		return Unlimited
+	}
+	quota := milliCPU * int64(period) / MilliCPUToCPU
+	if quota < MinQuotaPeriod {
+		quota = MinQuotaPeriod
+	}
+	return quota
+}
+
+// MilliCPUToShares converts a CPU request in millicores to cgroup v1 shares,
+// clamped to [MinShares, MaxShares]. Zero gives MinShares, as the kubelet does.
+func MilliCPUToShares(milliCPU int64) uint64 {
+	if milliCPU <= 0 {
+		return MinShares
+	}
+	shares := milliCPU * SharesPerCPU / MilliCPUToCPU
+	switch {
+	case shares < MinShares:
+		return MinShares
+	case shares > MaxShares:
+		return MaxShares
+	}
+	return uint64(shares)
+}
+
+// SharesToWeight converts cgroup v1 shares to a cgroup v2 cpu.weight the way
+// current runc does.
+func SharesToWeight(shares uint64) uint64 {
+	return cgroup2.ConvertCPUSharesToCgroupV2Value(shares)
+}
+
+// MilliCPUToWeight is MilliCPUToShares followed by SharesToWeight: the
+// cpu.weight a container with this CPU request gets from kubelet + runc.
+func MilliCPUToWeight(milliCPU int64) uint64 {
+	return SharesToWeight(MilliCPUToShares(milliCPU))
+}

@@ -1,0 +1,75 @@
+package cgroup_test
+
+import (
+	"testing"
+
+	"github.com/resizer/resize-agent/cgroup"
+)
+
+// Values from the kubelet's own tables (pkg/kubelet/cm/helpers_linux_test.go,
+// TestMilliCPUToQuota and TestMilliCPUToShares) and runc's
+// (opencontainers/cgroups utils_test.go, TestConvertCPUSharesToCgroupV2Value).
+func TestMilliCPUToQuota(t *testing.T) {
+	for _, tc := range []struct {
+		milli  int64
+		period uint64
+		quota  int64
+	}{
+		{0, 100000, cgroup.Unlimited},
+		{5, 100000, 1000}, // below the 1ms minimum
+		{9, 100000, 1000},
+		{10, 100000, 1000},
+		{200, 100000, 20000},
+		{500, 100000, 50000},
+		{1000, 100000, 100000},
+		{1500, 100000, 150000},
+		{1500, 50000, 75000},
+		{2000, 100000, 200000},
+		{10, 1000000, 10000},
+		{1, 20000, 1000},
+	} {
+		if got := cgroup.MilliCPUToQuota(tc.milli, tc.period); got != tc.quota {
+			t.Errorf("MilliCPUToQuota(%d, %d) = %d, want %d", tc.milli, tc.period, got, tc.quota)
+		}
+	}
+}
+
+func TestMilliCPUToShares(t *testing.T) {
+	for _, tc := range []struct {
+		milli  int64
+		shares uint64
+	}{
+		{0, 2}, {1, 2}, {2, 2}, {1000, 1024}, {500, 512}, {100, 102},
+		{250, 256}, {2000, 2048}, {256000, 262144}, {300000, 262144},
+	} {
+		if got := cgroup.MilliCPUToShares(tc.milli); got != tc.shares {
+			t.Errorf("MilliCPUToShares(%d) = %d, want %d", tc.milli, got, tc.shares)
+		}
+	}
+}
+
+func TestSharesToWeight(t *testing.T) {
+	for _, tc := range []struct{ shares, weight uint64 }{
+		// runc's table: unset, below/at/above the minimum, the default, and
+		// just below/at/above the maximum.
+		{0, 0}, {1, 1}, {2, 1}, {3, 2}, {1024, 100}, {262143, 10000}, {262144, 10000}, {262145, 10000},
+		// Points in between, worked out by hand from the formula
+		// ceil(10^((l^2+125l)/612 - 7/34)), l = log2(shares).
+		{10, 4}, {100, 17}, {512, 59}, {2048, 174}, {5000, 356}, {100000, 4340},
+	} {
+		if got := cgroup.SharesToWeight(tc.shares); got != tc.weight {
+			t.Errorf("SharesToWeight(%d) = %d, want %d", tc.shares, got, tc.weight)
+		}
+	}
+}
+
+func TestMilliCPUToWeight(t *testing.T) {
+	for _, tc := range []struct {
+		milli  int64
+		weight uint64
+	}{{0, 1}, {100, 17}, {250, 35}, {500, 59}, {1000, 100}, {2000, 174}} {
+		if got := cgroup.MilliCPUToWeight(tc.milli); got != tc.weight {
+			t.Errorf("MilliCPUToWeight(%d) = %d, want %d", tc.milli, got, tc.weight)
+		}
+	}
+}

@@ -1,0 +1,40 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotCgroup2 is returned when the mountpoint is not a cgroup v2
+	// (unified) filesystem, as on hosts with a v1 or hybrid hierarchy.
+	ErrNotCgroup2 = errors.New("not a cgroup v2 mount")
+	// ErrMissingController is returned when the hierarchy lacks a controller
+	// the agent needs (cpu or memory).
+	ErrMissingController = errors.New("cgroup v2 controller not available")
+	// ErrInvalidPath is returned for a cgroup path that is empty, not clean,
+	// names the root itself or would escape the mountpoint.
+	ErrInvalidPath = errors.New("invalid cgroup path")
+	// ErrNotFound is returned when a cgroup directory does not exist.
+	ErrNotFound = errors.New("cgroup not found")
+	// ErrVerify is returned when a value read back from a cgroup file does
+	// not match the value written.
+	ErrVerify = errors.New("cgroup value read back does not match value written")
+	// ErrParse is returned when a cgroup file holds text of an unknown form.
+	ErrParse = errors.New("cannot parse cgroup file")
+)
+
+// WriteError reports which file and value a failed write was for; it
+// unwraps to the kernel's error (for example syscall.EINVAL or EBUSY).
+type WriteError struct {
+	Path  string // cgroup path relative to the mountpoint
+	File  string // e.g. "memory.max"
+	Value string
+	Err   error
+}
+
+func (e *WriteError) Error() string {
+	return fmt.Sprintf("write %q to %s/%s: %v", e.Value, e.Path, e.File, e.Err)
+}
+
+func (e *WriteError) Unwrap() error { return e.Err }

@@ -1,0 +1,310 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultMountpoint is where the unified hierarchy is mounted on a node.
+const DefaultMountpoint = "/sys/fs/cgroup"
+
+// RequiredControllers are the controllers whose files the agent writes.
+var RequiredControllers = []string{"cpu", "memory"}
+
+// Manager reads and writes the cgroups below one cgroup v2 mountpoint.
+type Manager struct {
+	mountpoint string
+	pageSize   int64
+	skipFSType bool
+	// failWrite, set only by tests, makes the write of a file fail.
+	failWrite func(file string) error
+}
+
+// Option configures a Manager.
+type Option func(*Manager)
+
+// WithMountpoint sets the cgroup v2 mountpoint (default /sys/fs/cgroup).
+func WithMountpoint(p string) Option { return func(m *Manager) { m.mountpoint = p } }
+
+// WithoutFilesystemCheck makes Check accept a mountpoint that is not a
+// cgroup2 filesystem: for unit tests on a directory laid out like cgroupfs.
+func WithoutFilesystemCheck() Option { return func(m *Manager) { m.skipFSType = true } }
+
+// New returns a Manager. It does not touch the filesystem; call Check.
+func New(opts ...Option) *Manager {
+	m := &Manager{mountpoint: DefaultMountpoint, pageSize: int64(os.Getpagesize())}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// Mountpoint returns the cgroup v2 mountpoint.
+func (m *Manager) Mountpoint() string { return m.mountpoint }
+
+// PageSize is the unit the kernel rounds memory.max down to.
+func (m *Manager) PageSize() int64 { return m.pageSize }
+
+// Check verifies that the mountpoint is a cgroup v2 filesystem whose root
+// offers the cpu and memory controllers. Its errors match ErrNotCgroup2 or
+// ErrMissingController and say what was found instead.
+func (m *Manager) Check() error {
+	if !m.skipFSType {
+		var st unix.Statfs_t
+		if err := unix.Statfs(m.mountpoint, &st); err != nil {
+			return fmt.Errorf("%w: statfs %s: %w", ErrNotCgroup2, m.mountpoint, err)
+		}
+		if st.Type != unix.CGROUP2_SUPER_MAGIC {
+			return fmt.Errorf("%w: %s is a %s filesystem; this host runs a cgroup v1 or hybrid hierarchy, "+
+				"where the cpu and memory controllers are bound to cgroup v1 and cgroup v2 limits cannot be set",
+				ErrNotCgroup2, m.mountpoint, fsName(st.Type))
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(m.mountpoint, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotCgroup2, err)
+	}
+	have := strings.Fields(string(b))
+	var missing []string
+	for _, c := range RequiredControllers {
+		if !slices.Contains(have, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		avail := strings.Join(have, " ")
+		if avail == "" {
+			avail = "none"
+		}
+		return fmt.Errorf("%w: %s lacks %s (available: %s); they are probably bound to a cgroup v1 hierarchy",
+			ErrMissingController, m.mountpoint, strings.Join(missing, ", "), avail)
+	}
+	return nil
+}
+
+func fsName(t int64) string {
+	switch t {
+	case unix.TMPFS_MAGIC:
+		return "tmpfs"
+	case unix.CGROUP_SUPER_MAGIC:
+		return "cgroup (v1)"
+	case unix.SYSFS_MAGIC:
+		return "sysfs"
+	}
+	return "0x" + strconv.FormatInt(t, 16)
+}
+
+// dir validates p and returns its directory on disk.
+func (m *Manager) dir(p string) (string, string, error) {
+	clean, err := CleanPath(p)
+	if err != nil {
+		return "", "", err
+	}
+	d := filepath.Join(m.mountpoint, clean)
+	fi, err := os.Lstat(d)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", "", fmt.Errorf("%w: %s", ErrNotFound, clean)
+	case err != nil:
+		return "", "", fmt.Errorf("cgroup %s: %w", clean, err)
+	case !fi.IsDir():
+		// Refuses symlinks too, so a link cannot lead out of the root.
+		return "", "", fmt.Errorf("%w: %s is not a cgroup directory", ErrNotFound, clean)
+	}
+	return clean, d, nil
+}
+
+// Exists reports whether the cgroup p exists.
+func (m *Manager) Exists(p string) (bool, error) {
+	_, _, err := m.dir(p)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Read returns the current limits and memory usage of the cgroup p.
+func (m *Manager) Read(p string) (State, error) {
+	_, d, err := m.dir(p)
+	if err != nil {
+		return State{}, err
+	}
+	return m.read(d)
+}
+
+// The library has no reader for these single files (its Stat reads every
+// controller's statistics), so they are read by hand.
+func (m *Manager) read(d string) (State, error) {
+	var s State
+	raw, err := readFile(d, FileCPUMax)
+	if err != nil {
+		return s, err
+	}
+	if s.CPUMax, err = ParseCPUMax(raw); err != nil {
+		return s, err
+	}
+	if raw, err = readFile(d, FileCPUWeight); err != nil {
+		return s, err
+	}
+	if s.CPUWeight, err = strconv.ParseUint(raw, 10, 64); err != nil {
+		return s, fmt.Errorf("%w: cpu.weight %q", ErrParse, raw)
+	}
+	if raw, err = readFile(d, FileMemoryMax); err != nil {
+		return s, err
+	}
+	if s.MemoryMax, err = parseMax(raw); err != nil {
+		return s, err
+	}
+	if raw, err = readFile(d, FileMemoryCurrent); err != nil {
+		return s, err
+	}
+	if s.MemoryCurrent, err = parseMax(raw); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func readFile(dir, name string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%w: %s has no %s (controller not enabled for it?)", ErrNotFound, dir, name)
+		}
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Write writes r to the cgroup p through containerd/cgroups, reads every file
+// back and checks it. If a write or a check fails, the files already written
+// by this call are restored to what they held before, and the error (a
+// *WriteError for the kernel's refusal, or ErrVerify) is returned.
+func (m *Manager) Write(p string, r Resources) error {
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidValue, err)
+	}
+	clean, d, err := m.dir(p)
+	if err != nil {
+		return err
+	}
+	lib, err := cgroup2.Load(clean, cgroup2.WithMountpoint(m.mountpoint))
+	if err != nil {
+		return fmt.Errorf("load cgroup %s: %w", clean, err)
+	}
+	var done []Value // previous contents of the files written so far
+	for _, v := range r.Values() {
+		old, err := readFile(d, v.File)
+		if err != nil {
+			return errors.Join(err, m.restore(clean, d, done))
+		}
+		if m.failWrite != nil {
+			err = m.failWrite(v.File)
+		}
+		if err == nil {
+			err = writeOne(lib, clean, d, r, v)
+		}
+		if err == nil {
+			err = m.verify(clean, d, r.only(v.File))
+		}
+		done = append(done, Value{v.File, old})
+		if err != nil {
+			return errors.Join(err, m.restore(clean, d, done))
+		}
+	}
+	return nil
+}
+
+// ErrInvalidValue is returned by Write for a value the kernel would refuse.
+var ErrInvalidValue = errors.New("invalid cgroup value")
+
+func writeOne(lib *cgroup2.Manager, clean, dir string, r Resources, v Value) error {
+	var err error
+	if lr := libResources(r, v.File); lr != nil {
+		err = lib.Update(lr)
+	} else {
+		err = os.WriteFile(filepath.Join(dir, v.File), []byte(v.Data), 0)
+	}
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the errno; the path is in the WriteError
+		}
+		return &WriteError{Path: clean, File: v.File, Value: v.Data, Err: err}
+	}
+	return nil
+}
+
+func (m *Manager) verify(clean, d string, r Resources) error {
+	s, err := m.read(d)
+	if err != nil {
+		return err
+	}
+	if !s.Matches(r, m.pageSize) {
+		return fmt.Errorf("%w: %s holds cpu.max=%q cpu.weight=%d memory.max=%s",
+			ErrVerify, clean, s.CPUMax, s.CPUWeight, formatMax(s.MemoryMax))
+	}
+	return nil
+}
+
+// restore writes back the kernel's own text of each file, newest first. It is
+// written by hand because it replays what was read, not a Resources.
+func (m *Manager) restore(clean, d string, done []Value) error {
+	var errs []error
+	for _, v := range slices.Backward(done) {
+		if err := os.WriteFile(filepath.Join(d, v.File), []byte(v.Data), 0); err != nil {
+			errs = append(errs, fmt.Errorf("restore %s/%s to %q: %w", clean, v.File, v.Data, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Limits are the CPU and memory bounds a cgroup imposes on everything below it.
+type Limits struct {
+	MilliCPU int64 // from cpu.max; 0 when unlimited
+	Memory   int64 // from memory.max; 0 when unlimited
+}
+
+// LimitsOf reads the cpu.max and memory.max of p ("/" for the root, which
+// has neither file and so is unlimited).
+func (m *Manager) LimitsOf(p string) (Limits, error) {
+	d := m.mountpoint
+	if p != "/" && p != "" {
+		var err error
+		if _, d, err = m.dir(p); err != nil {
+			return Limits{}, err
+		}
+	}
+	var l Limits
+	if raw, err := readFile(d, FileCPUMax); err == nil {
+		c, err := ParseCPUMax(raw)
+		if err != nil {
+			return l, err
+		}
+		if c.Quota != Unlimited && c.Period > 0 {
+			l.MilliCPU = c.Quota * MilliCPUToCPU / int64(c.Period)
+		}
+	} else if !errors.Is(err, ErrNotFound) {
+		return l, err
+	}
+	if raw, err := readFile(d, FileMemoryMax); err == nil {
+		v, err := parseMax(raw)
+		if err != nil {
+			return l, err
+		}
+		if v != Unlimited {
+			l.Memory = v
+		}
+	} else if !errors.Is(err, ErrNotFound) {
+		return l, err
+	}
+	return l, nil
+}
