@@ -1,0 +1,108 @@
+// Package intent defines resize intents, their states and their validation.
+// Resources and resize policies use the Kubernetes API types, so an intent
+// has the same shape and meaning as a container's resources and
+// resizePolicy in a pod spec.
+package intent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/resizer/resize-agent/cgroup"
+)
+
+// State is where an intent is in its life.
+type State string
+
+// Proposed -> InProgress -> Completed, or Infeasible, Deferred (retried when
+// capacity frees), Failed, or Superseded by a newer intent for the same
+// container before it ran.
+const (
+	Proposed   State = "Proposed"
+	InProgress State = "InProgress"
+	Completed  State = "Completed"
+	Infeasible State = "Infeasible"
+	Deferred   State = "Deferred"
+	Failed     State = "Failed"
+	Superseded State = "Superseded"
+)
+
+// Terminal reports whether an intent in state s will not change again.
+func (s State) Terminal() bool {
+	switch s {
+	case Completed, Infeasible, Failed, Superseded:
+		return true
+	}
+	return false
+}
+
+// Reasons, machine-readable, one per outcome.
+const (
+	ReasonApplied          = "Applied"
+	ReasonNoChange         = "NoChange"
+	ReasonInfeasible       = "Infeasible" // as in the PodResizePending condition
+	ReasonDeferred         = "Deferred"   // likewise
+	ReasonSuperseded       = "Superseded"
+	ReasonMemoryBelowUsage = "MemoryLimitBelowUsage"
+	ReasonWriteFailed      = "CgroupWriteFailed"
+	ReasonQoSChange        = "QOSClassChange"
+	ReasonContainerGone    = "ContainerGone"
+	ReasonShutdown         = "AgentShutdown"
+	ReasonInvalid          = "Invalid"
+)
+
+// Target names the container to resize.
+type Target struct {
+	// Name is the container's name, for people.
+	Name string `json:"name"`
+	// CgroupPath is the container's cgroup, relative to the cgroup root.
+	CgroupPath string `json:"cgroupPath"`
+	// PodCgroupPath optionally names the pod-level cgroup the container sits
+	// in; the agent then manages it too, from the sum of its containers.
+	PodCgroupPath string `json:"podCgroupPath,omitempty"`
+}
+
+// Spec is what a client asks for.
+type Spec struct {
+	// ID, when given, makes a submission idempotent: the same ID and spec
+	// submitted again returns the intent already accepted.
+	ID        string                      `json:"id,omitempty"`
+	Target    Target                      `json:"target"`
+	Resources corev1.ResourceRequirements `json:"resources"`
+	// ResizePolicy, per resource, as in the pod spec; NotRequired by default.
+	ResizePolicy []corev1.ContainerResizePolicy `json:"resizePolicy,omitempty"`
+	// AllowMemoryBelowUsage lets a memory limit go below the cgroup's current
+	// usage, which makes the kernel reclaim and may OOM-kill the container.
+	AllowMemoryBelowUsage bool `json:"allowMemoryBelowUsage,omitempty"`
+}
+
+// Status is what became of an intent.
+type Status struct {
+	State        State      `json:"state"`
+	Reason       string     `json:"reason,omitempty"`
+	Message      string     `json:"message,omitempty"`
+	AcceptedAt   time.Time  `json:"acceptedAt"`
+	UpdatedAt    time.Time  `json:"updatedAt"`
+	CompletedAt  *time.Time `json:"completedAt,omitempty"`
+	Attempts     int        `json:"attempts,omitempty"`
+	SupersededBy string     `json:"supersededBy,omitempty"`
+	// Applied lists the cgroup files written and verified, by cgroup path.
+	Applied map[string][]cgroup.Value `json:"applied,omitempty"`
+}
+
+// Intent is an accepted Spec with its Status.
+type Intent struct {
+	ID     string `json:"id"`
+	Spec   Spec   `json:"spec"`
+	Status Status `json:"status"`
+}
+
+// ErrInvalid is matched by every validation error.
+var ErrInvalid = errors.New("invalid intent")
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+}

@@ -1,0 +1,141 @@
+package intent_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/cgroup"
+)
+
+func spec(t *testing.T, js string) intent.Spec {
+	t.Helper()
+	var s intent.Spec
+	d := json.NewDecoder(strings.NewReader(js))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&s); err != nil {
+		t.Fatalf("decode %s: %v", js, err)
+	}
+	return s
+}
+
+func TestValidate(t *testing.T) {
+	ok := spec(t, `{"target":{"name":"web","cgroupPath":"kubepods/pod1/web","podCgroupPath":"/kubepods/pod1"},
+		"resources":{"requests":{"cpu":"500m","memory":"256Mi"},"limits":{"cpu":"1","memory":"512Mi"}},
+		"resizePolicy":[{"resourceName":"memory","restartPolicy":"NotRequired"}]}`)
+	s, c, err := intent.Validate(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Target.CgroupPath != "/kubepods/pod1/web" {
+		t.Errorf("path not canonical: %q", s.Target.CgroupPath)
+	}
+	if *c.CPURequest != 500 || *c.CPULimit != 1000 || *c.MemoryRequest != 256<<20 || *c.MemoryLimit != 512<<20 {
+		t.Errorf("change = %+v", c)
+	}
+	for name, js := range map[string]string{
+		"escape":        `{"target":{"name":"a","cgroupPath":"../../etc"},"resources":{"limits":{"cpu":"1"}}}`,
+		"root":          `{"target":{"name":"a","cgroupPath":"/"},"resources":{"limits":{"cpu":"1"}}}`,
+		"no name":       `{"target":{"cgroupPath":"/a"},"resources":{"limits":{"cpu":"1"}}}`,
+		"negative":      `{"target":{"name":"a","cgroupPath":"/a"},"resources":{"limits":{"cpu":"-1"}}}`,
+		"negative mem":  `{"target":{"name":"a","cgroupPath":"/a"},"resources":{"requests":{"memory":"-5Mi"}}}`,
+		"huge cpu":      `{"target":{"name":"a","cgroupPath":"/a"},"resources":{"limits":{"cpu":"10000000"}}}`,
+		"gpu":           `{"target":{"name":"a","cgroupPath":"/a"},"resources":{"limits":{"nvidia.com/gpu":"1"}}}`,
+		"empty":         `{"target":{"name":"a","cgroupPath":"/a"},"resources":{}}`,
+		"outside pod":   `{"target":{"name":"a","cgroupPath":"/b/a","podCgroupPath":"/c"},"resources":{"limits":{"cpu":"1"}}}`,
+		"bad policy":    `{"target":{"name":"a","cgroupPath":"/a"},"resources":{"limits":{"cpu":"1"}},"resizePolicy":[{"resourceName":"cpu","restartPolicy":"Sometimes"}]}`,
+		"twice policy":  `{"target":{"name":"a","cgroupPath":"/a"},"resources":{"limits":{"cpu":"1"}},"resizePolicy":[{"resourceName":"cpu","restartPolicy":"NotRequired"},{"resourceName":"cpu","restartPolicy":"NotRequired"}]}`,
+		"policy on gpu": `{"target":{"name":"a","cgroupPath":"/a"},"resources":{"limits":{"cpu":"1"}},"resizePolicy":[{"resourceName":"gpu","restartPolicy":"NotRequired"}]}`,
+		"bad id":        `{"id":"a b","target":{"name":"a","cgroupPath":"/a"},"resources":{"limits":{"cpu":"1"}}}`,
+	} {
+		if _, _, err := intent.Validate(spec(t, js)); !errors.Is(err, intent.ErrInvalid) {
+			t.Errorf("%s: Validate = %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+func TestMalformedQuantityIsADecodeError(t *testing.T) {
+	var s intent.Spec
+	err := json.Unmarshal([]byte(`{"target":{"name":"a","cgroupPath":"/a"},"resources":{"limits":{"cpu":"1.2.3"}}}`), &s)
+	if err == nil {
+		t.Fatal("malformed quantity decoded")
+	}
+}
+
+func i64(v int64) *int64 { return &v }
+
+func TestApply(t *testing.T) {
+	cur := intent.Resources{CPURequest: 500, CPULimit: 1000, MemoryRequest: 1 << 20, MemoryLimit: 2 << 20}
+	got, err := intent.Change{CPULimit: i64(2000)}.Apply(cur, false)
+	if err != nil || got != (intent.Resources{500, 2000, 1 << 20, 2 << 20}) {
+		t.Errorf("Apply = %+v, %v", got, err)
+	}
+	// A fresh container's requests default to its limits.
+	got, err = intent.Change{CPULimit: i64(2000), MemoryLimit: i64(4 << 20)}.Apply(intent.Resources{}, true)
+	if err != nil || got != (intent.Resources{2000, 2000, 4 << 20, 4 << 20}) {
+		t.Errorf("Apply fresh = %+v, %v", got, err)
+	}
+	if _, err := (intent.Change{CPULimit: i64(100)}).Apply(cur, false); !errors.Is(err, intent.ErrInvalid) {
+		t.Errorf("limit below request: %v", err)
+	}
+	if _, err := (intent.Change{MemoryRequest: i64(3 << 20)}).Apply(cur, false); !errors.Is(err, intent.ErrInvalid) {
+		t.Errorf("memory request above limit: %v", err)
+	}
+}
+
+func TestQOSClass(t *testing.T) {
+	g := intent.Resources{1000, 1000, 1 << 20, 1 << 20}
+	b := intent.Resources{CPURequest: 100}
+	for _, tc := range []struct {
+		in   []intent.Resources
+		want corev1.PodQOSClass
+	}{
+		{[]intent.Resources{g}, corev1.PodQOSGuaranteed},
+		{[]intent.Resources{g, g}, corev1.PodQOSGuaranteed},
+		{[]intent.Resources{g, b}, corev1.PodQOSBurstable},
+		{[]intent.Resources{b}, corev1.PodQOSBurstable},
+		{[]intent.Resources{{}}, corev1.PodQOSBestEffort},
+		{[]intent.Resources{{}, b}, corev1.PodQOSBurstable},
+		{[]intent.Resources{{CPULimit: 1000, MemoryLimit: 5}}, corev1.PodQOSBurstable},
+	} {
+		if got := intent.QOSClass(tc.in...); got != tc.want {
+			t.Errorf("QOSClass(%+v) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestCgroupConversion(t *testing.T) {
+	r := intent.Resources{CPURequest: 250, CPULimit: 500, MemoryLimit: 128 << 20}.Cgroup(100000)
+	if *r.CPUWeight != 35 || r.CPUMax.String() != "50000 100000" || *r.MemoryMax != 128<<20 {
+		t.Errorf("Cgroup = %v", r.Values())
+	}
+	r = intent.Resources{}.Cgroup(100000)
+	if *r.CPUWeight != 1 || r.CPUMax.String() != "max 100000" || *r.MemoryMax != cgroup.Unlimited {
+		t.Errorf("Cgroup of nothing = %v", r.Values())
+	}
+}
+
+// FromCgroup must infer resources that write back the same values.
+func TestFromCgroupRoundTrip(t *testing.T) {
+	for _, w := range []uint64{1, 2, 17, 35, 59, 100, 174, 1000, 9999, 10000} {
+		s := cgroup.State{CPUMax: cgroup.CPUMax{Quota: cgroup.Unlimited, Period: 100000}, CPUWeight: w, MemoryMax: 64 << 20}
+		r := intent.FromCgroup(s)
+		got := r.Cgroup(100000)
+		if r.CPURequest > 0 && *got.CPUWeight != w {
+			t.Errorf("weight %d: inferred request %dm writes weight %d", w, r.CPURequest, *got.CPUWeight)
+		}
+		if got.CPUMax.String() != "max 100000" || *got.MemoryMax != 64<<20 {
+			t.Errorf("weight %d: limits %v", w, got.Values())
+		}
+	}
+	// A request inferred above the limit is held at the limit, so that the
+	// inferred resources are valid ones.
+	r := intent.FromCgroup(cgroup.State{CPUMax: cgroup.CPUMax{Quota: 150000, Period: 100000}, CPUWeight: 1000, MemoryMax: cgroup.Unlimited})
+	if r.CPURequest != 1500 || r.CPULimit != 1500 || r.MemoryLimit != 0 {
+		t.Errorf("FromCgroup clamped = %+v", r)
+	}
+}

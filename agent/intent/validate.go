@@ -1,0 +1,43 @@
+package intent
+
+import (
+	"regexp"
+
+	"github.com/resizer/resize-agent/cgroup"
+)
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// Validate checks a spec on its own, before anything is looked up, and
+// returns it with its paths in canonical form and its change parsed.
+func Validate(s Spec) (Spec, Change, error) {
+	if s.ID != "" && !idPattern.MatchString(s.ID) {
+		return s, Change{}, invalid("id %q: use up to 128 letters, digits, '.', '_' or '-'", s.ID)
+	}
+	if s.Target.Name == "" || len(s.Target.Name) > 253 {
+		return s, Change{}, invalid("target.name is required (at most 253 bytes)")
+	}
+	p, err := cgroup.CleanPath(s.Target.CgroupPath)
+	if err != nil {
+		return s, Change{}, invalid("target.cgroupPath: %v", err)
+	}
+	s.Target.CgroupPath = p
+	if s.Target.PodCgroupPath != "" {
+		pp, err := cgroup.CleanPath(s.Target.PodCgroupPath)
+		if err != nil {
+			return s, Change{}, invalid("target.podCgroupPath: %v", err)
+		}
+		if !cgroup.IsUnder(p, pp) {
+			return s, Change{}, invalid("target.cgroupPath %s is not below target.podCgroupPath %s", p, pp)
+		}
+		s.Target.PodCgroupPath = pp
+	}
+	if _, err := Policies(s.ResizePolicy); err != nil {
+		return s, Change{}, err
+	}
+	c, err := ParseChange(s.Resources)
+	if err != nil {
+		return s, Change{}, err
+	}
+	return s, c, nil
+}
