@@ -213,7 +213,7 @@ func (m *Manager) Write(p string, r Resources) error {
 			err = writeOne(lib, clean, d, r, v)
 		}
 		if err == nil {
-			err = m.verify(clean, d, r.only(v.File))
+			err = m.verify(clean, d, r.Only(v.File))
 		}
 		done = append(done, Value{v.File, old})
 		if err != nil {

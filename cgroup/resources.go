@@ -107,8 +107,8 @@ func (r Resources) Values() []Value {
 	return v
 }
 
-// only returns the part of r that writes file.
-func (r Resources) only(file string) Resources {
+// Only returns the part of r that writes file.
+func (r Resources) Only(file string) Resources {
 	switch file {
 	case FileCPUWeight:
 		return Resources{CPUWeight: r.CPUWeight}

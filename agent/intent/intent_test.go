@@ -70,19 +70,19 @@ func i64(v int64) *int64 { return &v }
 
 func TestApply(t *testing.T) {
 	cur := intent.Resources{CPURequest: 500, CPULimit: 1000, MemoryRequest: 1 << 20, MemoryLimit: 2 << 20}
-	got, err := intent.Change{CPULimit: i64(2000)}.Apply(cur, false)
+	got, err := intent.Change{CPULimit: i64(2000)}.Apply(cur, false, false)
 	if err != nil || got != (intent.Resources{500, 2000, 1 << 20, 2 << 20}) {
 		t.Errorf("Apply = %+v, %v", got, err)
 	}
 	// A fresh container's requests default to its limits.
-	got, err = intent.Change{CPULimit: i64(2000), MemoryLimit: i64(4 << 20)}.Apply(intent.Resources{}, true)
+	got, err = intent.Change{CPULimit: i64(2000), MemoryLimit: i64(4 << 20)}.Apply(intent.Resources{}, true, true)
 	if err != nil || got != (intent.Resources{2000, 2000, 4 << 20, 4 << 20}) {
 		t.Errorf("Apply fresh = %+v, %v", got, err)
 	}
-	if _, err := (intent.Change{CPULimit: i64(100)}).Apply(cur, false); !errors.Is(err, intent.ErrInvalid) {
+	if _, err := (intent.Change{CPULimit: i64(100)}).Apply(cur, false, false); !errors.Is(err, intent.ErrInvalid) {
 		t.Errorf("limit below request: %v", err)
 	}
-	if _, err := (intent.Change{MemoryRequest: i64(3 << 20)}).Apply(cur, false); !errors.Is(err, intent.ErrInvalid) {
+	if _, err := (intent.Change{MemoryRequest: i64(3 << 20)}).Apply(cur, false, false); !errors.Is(err, intent.ErrInvalid) {
 		t.Errorf("memory request above limit: %v", err)
 	}
 }
@@ -109,33 +109,26 @@ func TestQOSClass(t *testing.T) {
 }
 
 func TestCgroupConversion(t *testing.T) {
-	r := intent.Resources{CPURequest: 250, CPULimit: 500, MemoryLimit: 128 << 20}.Cgroup(100000)
+	r := intent.Resources{CPURequest: 250, CPULimit: 500, MemoryLimit: 128 << 20}.Cgroup(100000, true, true)
 	if *r.CPUWeight != 35 || r.CPUMax.String() != "50000 100000" || *r.MemoryMax != 128<<20 {
 		t.Errorf("Cgroup = %v", r.Values())
 	}
-	r = intent.Resources{}.Cgroup(100000)
+	r = intent.Resources{}.Cgroup(100000, true, true)
 	if *r.CPUWeight != 1 || r.CPUMax.String() != "max 100000" || *r.MemoryMax != cgroup.Unlimited {
 		t.Errorf("Cgroup of nothing = %v", r.Values())
 	}
+	if r := (intent.Resources{CPULimit: 1000}).Cgroup(100000, false, true); r.CPUMax != nil || r.CPUWeight != nil || r.MemoryMax == nil {
+		t.Errorf("unmanaged cpu written: %v", r.Values())
+	}
 }
 
-// FromCgroup must infer resources that write back the same values.
-func TestFromCgroupRoundTrip(t *testing.T) {
-	for _, w := range []uint64{1, 2, 17, 35, 59, 100, 174, 1000, 9999, 10000} {
-		s := cgroup.State{CPUMax: cgroup.CPUMax{Quota: cgroup.Unlimited, Period: 100000}, CPUWeight: w, MemoryMax: 64 << 20}
-		r := intent.FromCgroup(s)
-		got := r.Cgroup(100000)
-		if r.CPURequest > 0 && *got.CPUWeight != w {
-			t.Errorf("weight %d: inferred request %dm writes weight %d", w, r.CPURequest, *got.CPUWeight)
-		}
-		if got.CPUMax.String() != "max 100000" || *got.MemoryMax != 64<<20 {
-			t.Errorf("weight %d: limits %v", w, got.Values())
-		}
+func TestFromCgroup(t *testing.T) {
+	r := intent.FromCgroup(cgroup.State{CPUMax: cgroup.CPUMax{Quota: 150000, Period: 100000}, CPUWeight: 1000, MemoryMax: 64 << 20})
+	if r != (intent.Resources{CPULimit: 1500, MemoryLimit: 64 << 20}) {
+		t.Errorf("FromCgroup = %+v", r)
 	}
-	// A request inferred above the limit is held at the limit, so that the
-	// inferred resources are valid ones.
-	r := intent.FromCgroup(cgroup.State{CPUMax: cgroup.CPUMax{Quota: 150000, Period: 100000}, CPUWeight: 1000, MemoryMax: cgroup.Unlimited})
-	if r.CPURequest != 1500 || r.CPULimit != 1500 || r.MemoryLimit != 0 {
-		t.Errorf("FromCgroup clamped = %+v", r)
+	r = intent.FromCgroup(cgroup.State{CPUMax: cgroup.CPUMax{Quota: cgroup.Unlimited, Period: 100000}, CPUWeight: 100, MemoryMax: cgroup.Unlimited})
+	if r != (intent.Resources{}) {
+		t.Errorf("FromCgroup of an unlimited cgroup = %+v", r)
 	}
 }

@@ -103,10 +103,11 @@ func (c Change) Touches(res corev1.ResourceName) bool {
 	return c.MemoryRequest != nil || c.MemoryLimit != nil
 }
 
-// Apply returns cur with c applied. For a container seen for the first time
-// (fresh), a limit given without its request also sets the request, as the
-// API server defaults a new pod's requests to its limits.
-func (c Change) Apply(cur Resources, fresh bool) (Resources, error) {
+// Apply returns cur with c applied. For a resource the agent has not
+// managed before (freshCPU, freshMemory), a limit given without its request
+// also sets the request, as the API server defaults a new pod's requests to
+// its limits.
+func (c Change) Apply(cur Resources, freshCPU, freshMemory bool) (Resources, error) {
 	set := func(dst *int64, v *int64) {
 		if v != nil {
 			*dst = *v
@@ -117,13 +118,11 @@ func (c Change) Apply(cur Resources, fresh bool) (Resources, error) {
 	set(&out.CPULimit, c.CPULimit)
 	set(&out.MemoryRequest, c.MemoryRequest)
 	set(&out.MemoryLimit, c.MemoryLimit)
-	if fresh {
-		if c.CPURequest == nil && c.CPULimit != nil {
-			out.CPURequest = *c.CPULimit
-		}
-		if c.MemoryRequest == nil && c.MemoryLimit != nil {
-			out.MemoryRequest = *c.MemoryLimit
-		}
+	if freshCPU && c.CPURequest == nil && c.CPULimit != nil {
+		out.CPURequest = *c.CPULimit
+	}
+	if freshMemory && c.MemoryRequest == nil && c.MemoryLimit != nil {
+		out.MemoryRequest = *c.MemoryLimit
 	}
 	if out.CPULimit > 0 && out.CPURequest > out.CPULimit {
 		return out, invalid("cpu request %s must be less than or equal to cpu limit %s", FormatCPU(out.CPURequest), FormatCPU(out.CPULimit))
@@ -135,26 +134,31 @@ func (c Change) Apply(cur Resources, fresh bool) (Resources, error) {
 }
 
 // Cgroup returns the cgroup values for r, converted as the kubelet and runc
-// do: requests.cpu -> cpu.weight, limits.cpu -> cpu.max, limits.memory ->
+// do, for the resources that are managed (cpu: cpu.weight and cpu.max;
+// memory: memory.max): requests.cpu -> cpu.weight, limits.cpu -> cpu.max, limits.memory ->
 // memory.max (no limit: "max"). The memory request is not written: it only
 // counts for admission, as with the kubelet.
-func (r Resources) Cgroup(period uint64) cgroup.Resources {
-	weight := cgroup.MilliCPUToWeight(r.CPURequest)
-	mem := cgroup.Unlimited
-	if r.MemoryLimit > 0 {
-		mem = r.MemoryLimit
+func (r Resources) Cgroup(period uint64, cpu, memory bool) cgroup.Resources {
+	var out cgroup.Resources
+	if cpu {
+		weight := cgroup.MilliCPUToWeight(r.CPURequest)
+		out.CPUWeight = &weight
+		out.CPUMax = &cgroup.CPUMax{Quota: cgroup.MilliCPUToQuota(r.CPULimit, period), Period: period}
 	}
-	return cgroup.Resources{
-		CPUWeight: &weight,
-		CPUMax:    &cgroup.CPUMax{Quota: cgroup.MilliCPUToQuota(r.CPULimit, period), Period: period},
-		MemoryMax: &mem,
+	if memory {
+		mem := cgroup.Unlimited
+		if r.MemoryLimit > 0 {
+			mem = r.MemoryLimit
+		}
+		out.MemoryMax = &mem
 	}
+	return out
 }
 
-// FromCgroup infers the resources of a container the agent has not managed
-// before from its cgroup: limits from cpu.max and memory.max, the CPU request
-// as the smallest one whose cpu.weight is the current one (so that writing it
-// back changes nothing). The memory request is unknown and left at zero.
+// FromCgroup infers the limits of a container the agent has not managed
+// before from its cgroup's cpu.max and memory.max. Requests cannot be known
+// (cpu.weight 100 is both the kernel's default and a 1-CPU request), so they
+// stay zero until an intent declares them.
 func FromCgroup(s cgroup.State) Resources {
 	var r Resources
 	if s.CPUMax.Quota != cgroup.Unlimited && s.CPUMax.Period > 0 {
@@ -162,21 +166,6 @@ func FromCgroup(s cgroup.State) Resources {
 	}
 	if s.MemoryMax != cgroup.Unlimited {
 		r.MemoryLimit = s.MemoryMax
-	}
-	lo, hi := int64(0), int64(cgroup.MaxShares*cgroup.MilliCPUToCPU/cgroup.SharesPerCPU)
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if cgroup.MilliCPUToWeight(mid) >= s.CPUWeight {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	if cgroup.MilliCPUToWeight(lo) == s.CPUWeight && lo > 2 {
-		r.CPURequest = lo
-	}
-	if r.CPULimit > 0 && r.CPURequest > r.CPULimit {
-		r.CPURequest = r.CPULimit
 	}
 	return r
 }

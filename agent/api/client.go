@@ -1,0 +1,206 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/resizer/resize-agent/agent"
+	"github.com/resizer/resize-agent/agent/intent"
+)
+
+// Client talks to the API over a unix socket or TCP.
+type Client struct {
+	base  string
+	http  *http.Client
+	token string
+}
+
+// StatusError is an error response from the server.
+type StatusError struct {
+	Code int
+	Body Error
+}
+
+func (e *StatusError) Error() string {
+	if e.Body.Reason != "" {
+		return fmt.Sprintf("%s (%d %s)", e.Body.Error, e.Code, e.Body.Reason)
+	}
+	return fmt.Sprintf("%s (%d)", e.Body.Error, e.Code)
+}
+
+// NewClient returns a client for address: a unix socket path, or an
+// http:// URL.
+func NewClient(address string) *Client {
+	if strings.HasPrefix(address, "http://") || strings.HasPrefix(address, "https://") {
+		return &Client{base: strings.TrimSuffix(address, "/"), http: &http.Client{}}
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", address)
+	}}
+	return &Client{base: "http://agent", http: &http.Client{Transport: tr}}
+}
+
+// WithToken sets a bearer token sent with every request.
+func (c *Client) WithToken(t string) *Client { c.token = t; return c }
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		se := &StatusError{Code: resp.StatusCode}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(b, &se.Body) != nil || se.Body.Error == "" {
+			se.Body.Error = strings.TrimSpace(string(b))
+		}
+		return resp.StatusCode, se
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decoding response: %w", err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// Submit submits an intent. created is false when the server already had
+// this intent (same id and spec).
+func (c *Client) Submit(ctx context.Context, s intent.Spec) (it intent.Intent, created bool, err error) {
+	code, err := c.do(ctx, http.MethodPost, "/v1/intents", s, &it)
+	return it, code == http.StatusAccepted, err
+}
+
+// Get returns one intent.
+func (c *Client) Get(ctx context.Context, id string) (intent.Intent, error) {
+	var it intent.Intent
+	_, err := c.do(ctx, http.MethodGet, "/v1/intents/"+url.PathEscape(id), nil, &it)
+	return it, err
+}
+
+// List returns intents, optionally for one container and in one state.
+func (c *Client) List(ctx context.Context, container string, state intent.State) ([]intent.Intent, error) {
+	q := url.Values{}
+	if container != "" {
+		q.Set("container", container)
+	}
+	if state != "" {
+		q.Set("state", string(state))
+	}
+	var out []intent.Intent
+	_, err := c.do(ctx, http.MethodGet, "/v1/intents?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// Containers lists managed containers.
+func (c *Client) Containers(ctx context.Context) ([]agent.ContainerInfo, error) {
+	var out []agent.ContainerInfo
+	_, err := c.do(ctx, http.MethodGet, "/v1/containers", nil, &out)
+	return out, err
+}
+
+// Forget stops the agent managing a container.
+func (c *Client) Forget(ctx context.Context, name string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/containers/"+url.PathEscape(name), nil, nil)
+	return err
+}
+
+// Node returns the node's capacity account.
+func (c *Client) Node(ctx context.Context) (agent.NodeInfo, error) {
+	var out agent.NodeInfo
+	_, err := c.do(ctx, http.MethodGet, "/v1/node", nil, &out)
+	return out, err
+}
+
+// Watch calls fn for every event until fn returns false, the stream ends
+// or ctx is done.
+func (c *Client) Watch(ctx context.Context, f agent.Filter, fn func(agent.Event) bool) error {
+	q := url.Values{}
+	if f.IntentID != "" {
+		q.Set("intent", f.IntentID)
+	}
+	if f.Container != "" {
+		q.Set("container", f.Container)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/watch?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		se := &StatusError{Code: resp.StatusCode}
+		_ = json.Unmarshal(b, &se.Body)
+		return se
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		var e agent.Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return fmt.Errorf("decoding event: %w", err)
+		}
+		if !fn(e) {
+			return nil
+		}
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// WaitSettled waits until the intent is terminal or Deferred and returns it.
+func (c *Client) WaitSettled(ctx context.Context, id string) (intent.Intent, error) {
+	var last intent.Intent
+	err := c.Watch(ctx, agent.Filter{IntentID: id}, func(e agent.Event) bool {
+		last = e.Intent
+		return !(e.Intent.Status.State.Terminal() || e.Intent.Status.State == intent.Deferred)
+	})
+	if err != nil && last.ID == "" {
+		return last, err
+	}
+	if !(last.Status.State.Terminal() || last.Status.State == intent.Deferred) {
+		if err == nil {
+			err = errors.New("watch ended before the intent settled")
+		}
+		return last, err
+	}
+	return last, nil
+}

@@ -1,0 +1,170 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/resizer/resize-agent/agent"
+	"github.com/resizer/resize-agent/agent/intent"
+)
+
+// MaxBodyBytes bounds a request body.
+const MaxBodyBytes = 64 << 10
+
+// Service is what the API serves; *agent.Agent implements it.
+type Service interface {
+	Submit(intent.Spec) (intent.Intent, bool, error)
+	Get(id string) (intent.Intent, error)
+	List(f agent.Filter, state intent.State) []intent.Intent
+	Watch(ctx context.Context, f agent.Filter) <-chan agent.Event
+	Containers() []agent.ContainerInfo
+	Forget(name string) error
+	Node() agent.NodeInfo
+}
+
+// Error is the body of every error response.
+type Error struct {
+	Error  string `json:"error"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// NewHandler returns the /v1 API on a mux; extra handlers (metrics, health)
+// can be added to the mux by the caller.
+func NewHandler(s Service) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/intents", func(w http.ResponseWriter, r *http.Request) { submit(s, w, r) })
+	mux.HandleFunc("GET /v1/intents", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		st := intent.State(q.Get("state"))
+		if st != "" && !validState(st) {
+			writeError(w, http.StatusBadRequest, "InvalidQuery", fmt.Errorf("unknown state %q", st))
+			return
+		}
+		writeJSON(w, http.StatusOK, s.List(agent.Filter{Container: q.Get("container")}, st))
+	})
+	mux.HandleFunc("GET /v1/intents/{id}", func(w http.ResponseWriter, r *http.Request) {
+		it, err := s.Get(r.PathValue("id"))
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, it)
+	})
+	mux.HandleFunc("GET /v1/containers", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.Containers())
+	})
+	mux.HandleFunc("DELETE /v1/containers/{name...}", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.Forget(r.PathValue("name")); err != nil {
+			fail(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /v1/node", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.Node())
+	})
+	mux.HandleFunc("GET /v1/watch", func(w http.ResponseWriter, r *http.Request) { watch(s, w, r) })
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "NotFound", fmt.Errorf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func validState(s intent.State) bool {
+	switch s {
+	case intent.Proposed, intent.InProgress, intent.Completed, intent.Infeasible, intent.Deferred, intent.Failed, intent.Superseded:
+		return true
+	}
+	return false
+}
+
+func submit(s Service, w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		writeError(w, http.StatusUnsupportedMediaType, "UnsupportedMediaType", fmt.Errorf("content type %q: send application/json", ct))
+		return
+	}
+	var spec intent.Spec
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "TooLarge", fmt.Errorf("request body over %d bytes", MaxBodyBytes))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "MalformedJSON", fmt.Errorf("decoding intent: %w", err))
+		return
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, http.StatusBadRequest, "MalformedJSON", errors.New("decoding intent: trailing data after the JSON object"))
+		return
+	}
+	it, created, err := s.Submit(spec)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	code := http.StatusAccepted
+	if !created {
+		code = http.StatusOK
+	}
+	w.Header().Set("Location", "/v1/intents/"+it.ID)
+	writeJSON(w, code, it)
+}
+
+func watch(s Service, w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "NoStreaming", errors.New("streaming unsupported"))
+		return
+	}
+	q := r.URL.Query()
+	ch := s.Watch(r.Context(), agent.Filter{IntentID: q.Get("intent"), Container: q.Get("container")})
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
+	enc := json.NewEncoder(w)
+	for e := range ch {
+		if err := enc.Encode(e); err != nil {
+			return
+		}
+		fl.Flush()
+	}
+}
+
+func fail(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, intent.ErrInvalid):
+		reason := "Invalid"
+		if strings.Contains(err.Error(), intent.ReasonQoSChange) {
+			reason = intent.ReasonQoSChange
+		}
+		writeError(w, http.StatusUnprocessableEntity, reason, err)
+	case errors.Is(err, agent.ErrNotFound):
+		writeError(w, http.StatusNotFound, "NotFound", err)
+	case errors.Is(err, agent.ErrConflict):
+		writeError(w, http.StatusConflict, "Conflict", err)
+	case errors.Is(err, agent.ErrShuttingDown):
+		writeError(w, http.StatusServiceUnavailable, "ShuttingDown", err)
+	default:
+		writeError(w, http.StatusInternalServerError, "Internal", err)
+	}
+}
+
+func writeError(w http.ResponseWriter, code int, reason string, err error) {
+	writeJSON(w, code, Error{Error: err.Error(), Reason: reason})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

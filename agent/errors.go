@@ -1,0 +1,15 @@
+package agent
+
+import "errors"
+
+var (
+	// ErrNotFound is returned for an unknown intent or container, or a
+	// target cgroup that does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict is returned when a submission contradicts what the agent
+	// holds: an intent ID reused with another spec, or a cgroup path already
+	// managed under another name or pod.
+	ErrConflict = errors.New("conflict")
+	// ErrShuttingDown is returned once Close has begun.
+	ErrShuttingDown = errors.New("agent is shutting down")
+)

@@ -1,0 +1,86 @@
+// Package metrics defines the agent's Prometheus metrics.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+const namespace = "resize_agent"
+
+// Metrics are the agent's own collectors.
+type Metrics struct {
+	// ResizeDuration is the time from an intent being accepted to its
+	// values being verified on the cgroup files (or to its other terminal
+	// state), observed once per resource the intent changes.
+	ResizeDuration *prometheus.HistogramVec
+	// Resizes counts intents by outcome: every terminal state, and an
+	// intent's first entry into Deferred.
+	Resizes *prometheus.CounterVec
+	// InFlight is the number of intents not yet terminal.
+	InFlight prometheus.Gauge
+	// CgroupWrites counts cgroup file writes by file and result.
+	CgroupWrites *prometheus.CounterVec
+}
+
+// Buckets span a direct cgroup write (well under a millisecond) to a
+// Deferred intent that waits minutes for capacity.
+var Buckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// New creates the metrics and registers them, with the Go and process
+// collectors, on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		ResizeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "resize_duration_seconds",
+			Help:      "Time from a resize intent being accepted to its cgroup values being verified (or its other outcome), per resource changed.",
+			Buckets:   Buckets,
+		}, []string{"resource", "outcome"}),
+		Resizes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "resizes_total",
+			Help:      "Resize intents by outcome (completed, failed, infeasible, superseded; deferred counts each intent's first deferral).",
+		}, []string{"outcome"}),
+		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "intents_in_flight",
+			Help:      "Resize intents accepted and not yet in a terminal state (proposed, in progress or deferred).",
+		}),
+		CgroupWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "cgroup_writes_total",
+			Help:      "Writes of cgroup files, by file and result (ok, error, rollback).",
+		}, []string{"file", "result"}),
+	}
+	reg.MustRegister(m.ResizeDuration, m.Resizes, m.InFlight, m.CgroupWrites,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, o := range []string{"completed", "failed", "infeasible", "deferred", "superseded"} {
+		m.Resizes.WithLabelValues(o)
+	}
+	return m
+}
+
+// Node is read by the node gauges at scrape time.
+type Node interface {
+	AllocatableMilliCPU() int64
+	AllocatableMemory() int64
+	AllocatedMilliCPU() int64
+	AllocatedMemory() int64
+	ManagedContainers() int
+}
+
+// RegisterNode registers the node allocatable/allocated gauges, in base
+// units (cores, bytes), read from n at each scrape.
+func RegisterNode(reg prometheus.Registerer, n Node) {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, f)
+	}
+	reg.MustRegister(
+		gauge("node_allocatable_cpu_cores", "CPU the agent may hand out on this node.", func() float64 { return float64(n.AllocatableMilliCPU()) / 1000 }),
+		gauge("node_allocatable_memory_bytes", "Memory the agent may hand out on this node.", func() float64 { return float64(n.AllocatableMemory()) }),
+		gauge("node_allocated_cpu_cores", "Sum of the CPU requests of the containers the agent manages.", func() float64 { return float64(n.AllocatedMilliCPU()) / 1000 }),
+		gauge("node_allocated_memory_bytes", "Sum of the memory requests of the containers the agent manages.", func() float64 { return float64(n.AllocatedMemory()) }),
+		gauge("managed_containers", "Containers the agent manages.", func() float64 { return float64(n.ManagedContainers()) }),
+	)
+}
