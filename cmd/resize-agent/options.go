@@ -1,0 +1,191 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+
+	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/cgroup"
+)
+
+// Options configure the daemon. Flags override the config file.
+type Options struct {
+	ConfigFile string `json:"-"`
+
+	CgroupRoot string `json:"cgroupRoot"`
+	// CapacityCgroup is the cgroup the managed containers live under
+	// (e.g. /kubepods); its cpu.max and memory.max bound allocatable.
+	CapacityCgroup string `json:"capacityCgroup"`
+	Socket         string `json:"socket"`
+	ListenTCP      string `json:"listenTCP"`
+	TCPTokenFile   string `json:"tcpTokenFile"`
+	MetricsAddress string `json:"metricsAddress"`
+
+	CPUAllocatable    string `json:"cpuAllocatable"`
+	MemoryAllocatable string `json:"memoryAllocatable"`
+	CPUReserved       string `json:"cpuReserved"`
+	MemoryReserved    string `json:"memoryReserved"`
+
+	CPUPeriod       uint64 `json:"cpuPeriod"`
+	ResyncInterval  string `json:"resyncInterval"`
+	ShutdownTimeout string `json:"shutdownTimeout"`
+
+	LogLevel  string `json:"logLevel"`
+	LogFormat string `json:"logFormat"`
+
+	// For tests: where /proc is, and whether the cgroup root may be a plain
+	// directory.
+	procRoot    string
+	skipFSCheck bool
+	onReady     func(metricsAddr string)
+}
+
+// DefaultOptions are the daemon's defaults.
+func DefaultOptions() *Options {
+	return &Options{
+		CgroupRoot:      cgroup.DefaultMountpoint,
+		CapacityCgroup:  "/",
+		Socket:          "/run/resize-agent/agent.sock",
+		MetricsAddress:  ":9847",
+		CPUPeriod:       cgroup.DefaultPeriod,
+		ResyncInterval:  "10s",
+		ShutdownTimeout: "10s",
+		LogLevel:        "info",
+		LogFormat:       "text",
+		procRoot:        "/proc",
+	}
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.ConfigFile, "config", "", "YAML config file; flags given on the command line override it")
+	fs.StringVar(&o.CgroupRoot, "cgroup-root", o.CgroupRoot, "cgroup v2 mountpoint")
+	fs.StringVar(&o.CapacityCgroup, "capacity-cgroup", o.CapacityCgroup, "cgroup (relative to the root) whose cpu.max and memory.max bound allocatable, e.g. /kubepods")
+	fs.StringVar(&o.Socket, "socket", o.Socket, "unix socket for the API (mode 0600)")
+	fs.StringVar(&o.ListenTCP, "listen-tcp", o.ListenTCP, "also serve the API on this TCP address (needs --tcp-token-file)")
+	fs.StringVar(&o.TCPTokenFile, "tcp-token-file", o.TCPTokenFile, "file holding the bearer token TCP clients must send")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address for /metrics, /healthz and /readyz (empty: none)")
+	fs.StringVar(&o.CPUAllocatable, "cpu-allocatable", o.CPUAllocatable, "allocatable CPU as a quantity (default: detected minus --cpu-reserved)")
+	fs.StringVar(&o.MemoryAllocatable, "memory-allocatable", o.MemoryAllocatable, "allocatable memory as a quantity (default: detected minus --memory-reserved)")
+	fs.StringVar(&o.CPUReserved, "cpu-reserved", o.CPUReserved, "CPU held back from detected capacity, e.g. 500m")
+	fs.StringVar(&o.MemoryReserved, "memory-reserved", o.MemoryReserved, "memory held back from detected capacity, e.g. 1Gi")
+	fs.Uint64Var(&o.CPUPeriod, "cpu-period", o.CPUPeriod, "cpu.max period in microseconds")
+	fs.StringVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "how often to look for containers whose cgroup is gone")
+	fs.StringVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight writes may take at shutdown")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "text or json")
+}
+
+// Load parses args: the config file first, then the flags set on the
+// command line on top of it.
+func Load(args []string) (*Options, error) {
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("resize-agent", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.ConfigFile != "" {
+		b, err := os.ReadFile(o.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		file := DefaultOptions()
+		if err := yaml.UnmarshalStrict(b, file); err != nil {
+			return nil, fmt.Errorf("config %s: %w", o.ConfigFile, err)
+		}
+		file.ConfigFile = o.ConfigFile
+		// Flags given explicitly win over the file.
+		cmdline := flag.NewFlagSet("", flag.ContinueOnError)
+		file.AddFlags(cmdline)
+		fs.Visit(func(f *flag.Flag) { _ = cmdline.Set(f.Name, f.Value.String()) })
+		o = file
+	}
+	return o, nil
+}
+
+// settings are Options parsed and checked.
+type settings struct {
+	allocatable *admission.Capacity // nil: detect
+	reserved    admission.Capacity
+	resync      time.Duration
+	shutdown    time.Duration
+	token       string
+}
+
+func (o *Options) validate() (settings, error) {
+	var s settings
+	var errs []error
+	qty := func(name, v string, milli bool) int64 {
+		if v == "" {
+			return 0
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil || q.Sign() < 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a non-negative quantity", name, v))
+			return 0
+		}
+		if milli {
+			return q.MilliValue()
+		}
+		return q.Value()
+	}
+	if o.CPUAllocatable != "" || o.MemoryAllocatable != "" {
+		if o.CPUAllocatable == "" || o.MemoryAllocatable == "" {
+			errs = append(errs, errors.New("give both cpu-allocatable and memory-allocatable, or neither"))
+		}
+		s.allocatable = &admission.Capacity{MilliCPU: qty("cpu-allocatable", o.CPUAllocatable, true), Memory: qty("memory-allocatable", o.MemoryAllocatable, false)}
+	}
+	s.reserved = admission.Capacity{MilliCPU: qty("cpu-reserved", o.CPUReserved, true), Memory: qty("memory-reserved", o.MemoryReserved, false)}
+	dur := func(name, v string) time.Duration {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration", name, v))
+		}
+		return d
+	}
+	s.resync = dur("resync-interval", o.ResyncInterval)
+	s.shutdown = dur("shutdown-timeout", o.ShutdownTimeout)
+	if o.CPUPeriod < cgroup.MinPeriod || o.CPUPeriod > cgroup.MaxPeriod {
+		errs = append(errs, fmt.Errorf("cpu-period: %d is outside [%d, %d] microseconds", o.CPUPeriod, cgroup.MinPeriod, cgroup.MaxPeriod))
+	}
+	if o.Socket == "" && o.ListenTCP == "" {
+		errs = append(errs, errors.New("socket and listen-tcp are both empty: the API would not be served"))
+	}
+	if o.ListenTCP != "" {
+		if o.TCPTokenFile == "" {
+			errs = append(errs, errors.New("listen-tcp needs tcp-token-file: the TCP API is not served without a token"))
+		} else if b, err := os.ReadFile(o.TCPTokenFile); err != nil {
+			errs = append(errs, fmt.Errorf("tcp-token-file: %w", err))
+		} else if s.token = string(trimSpace(b)); len(s.token) < 16 {
+			errs = append(errs, errors.New("tcp-token-file: the token must be at least 16 characters"))
+		}
+	}
+	if o.CapacityCgroup != "/" {
+		if _, err := cgroup.CleanPath(o.CapacityCgroup); err != nil {
+			errs = append(errs, fmt.Errorf("capacity-cgroup: %w", err))
+		}
+	}
+	switch o.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log-format: %q is not text or json", o.LogFormat))
+	}
+	return s, errors.Join(errs...)
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/resizer/resize-agent/agent"
+	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/cgroup"
+)
+
+// run is the daemon: it returns when ctx ends (nil after a clean shutdown)
+// or when it cannot start.
+func run(ctx context.Context, o *Options, log *slog.Logger) error {
+	s, err := o.validate()
+	if err != nil {
+		return fmt.Errorf("invalid options: %w", err)
+	}
+	cgOpts := []cgroup.Option{cgroup.WithMountpoint(o.CgroupRoot)}
+	if o.skipFSCheck {
+		cgOpts = append(cgOpts, cgroup.WithoutFilesystemCheck())
+	}
+	cg := cgroup.New(cgOpts...)
+	if err := cg.Check(); err != nil {
+		return fmt.Errorf("refusing to start: %w", err)
+	}
+	alloc, err := allocatable(o, s, cg)
+	if err != nil {
+		return err
+	}
+	log.Info("node capacity", "allocatable.cpu", alloc.MilliCPU, "allocatable.memory", alloc.Memory, "cgroupRoot", o.CgroupRoot)
+
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	a := agent.New(cg, admission.NewLedger(alloc), agent.WithLogger(log.With("component", "agent")),
+		agent.WithMetrics(m), agent.WithCPUPeriod(o.CPUPeriod))
+	metrics.RegisterNode(reg, a)
+
+	var ready atomic.Bool
+	mux := api.NewHandler(a)
+	addOps(mux, reg, &ready)
+
+	var servers []*http.Server
+	errc := make(chan error, 3)
+	serve := func(name string, l net.Listener, h http.Handler) {
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		servers = append(servers, srv)
+		log.Info("serving", "listener", name, "address", l.Addr().String())
+		go func() {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	if o.Socket != "" {
+		l, err := listenUnix(o.Socket)
+		if err != nil {
+			return err
+		}
+		defer os.Remove(o.Socket)
+		serve("api-unix", l, mux)
+	}
+	if o.ListenTCP != "" {
+		l, err := net.Listen("tcp", o.ListenTCP)
+		if err != nil {
+			return fmt.Errorf("listen-tcp: %w", err)
+		}
+		serve("api-tcp", l, requireToken(s.token, mux))
+	}
+	metricsAddr := ""
+	if o.MetricsAddress != "" {
+		l, err := net.Listen("tcp", o.MetricsAddress)
+		if err != nil {
+			return fmt.Errorf("metrics-address: %w", err)
+		}
+		ops := http.NewServeMux()
+		addOps(ops, reg, &ready)
+		metricsAddr = l.Addr().String()
+		serve("metrics", l, ops)
+	}
+
+	resyncCtx, stopResync := context.WithCancel(context.Background())
+	resyncDone := make(chan struct{})
+	go func() { a.Run(resyncCtx, s.resync); close(resyncDone) }()
+
+	ready.Store(true)
+	if o.onReady != nil {
+		o.onReady(metricsAddr)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case runErr = <-errc:
+		log.Error("server failed, shutting down", "err", runErr)
+	}
+	ready.Store(false)
+	stopResync()
+	<-resyncDone
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.shutdown)
+	defer cancel()
+	// The agent first: it refuses new intents, finishes the writes in flight
+	// and fails what is queued; watch streams end, so the servers can stop.
+	if err := a.Close(shutdownCtx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	for _, srv := range servers {
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			runErr = errors.Join(runErr, err)
+		}
+	}
+	return runErr
+}
+
+func allocatable(o *Options, s settings, cg *cgroup.Manager) (admission.Capacity, error) {
+	if s.allocatable != nil {
+		return *s.allocatable, nil
+	}
+	m, err := admission.ReadMachine(o.procRoot)
+	if err != nil {
+		return admission.Capacity{}, fmt.Errorf("detecting capacity (set cpu-allocatable and memory-allocatable instead): %w", err)
+	}
+	lim, err := cg.LimitsOf(o.CapacityCgroup)
+	if err != nil {
+		return admission.Capacity{}, fmt.Errorf("capacity-cgroup %s: %w", o.CapacityCgroup, err)
+	}
+	return admission.Allocatable(m, lim.MilliCPU, lim.Memory, s.reserved), nil
+}
+
+// listenUnix listens on path with mode 0600, replacing a stale socket but
+// refusing to take over one that still answers.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("socket %s exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("socket %s is in use by another agent", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale socket: %w", err)
+		}
+	}
+	// The umask makes the socket 0600 from the start, with no window in
+	// which another user could connect.
+	l, err := listenWithUmask(path)
+	if err != nil {
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func requireToken(token string, h http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, `{"error":"a valid bearer token is required","reason":"Unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func addOps(mux *http.ServeMux, reg *prometheus.Registry, ready *atomic.Bool) {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+}
