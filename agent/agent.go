@@ -193,7 +193,7 @@ func (a *Agent) containerLocked(t intent.Target) (*container, error) {
 	st, err := a.cg.Read(t.CgroupPath)
 	if err != nil {
 		if errors.Is(err, cgroup.ErrNotFound) {
-			return nil, fmt.Errorf("%w: target cgroup %s: %w", ErrNotFound, t.CgroupPath, err)
+			return nil, fmt.Errorf("%w: target cgroup %s does not exist under the cgroup root", ErrNotFound, t.CgroupPath)
 		}
 		return nil, fmt.Errorf("read target cgroup %s: %w", t.CgroupPath, err)
 	}

@@ -186,21 +186,35 @@ func (c *Client) Watch(ctx context.Context, f agent.Filter, fn func(agent.Event)
 	return ctx.Err()
 }
 
-// WaitSettled waits until the intent is terminal or Deferred and returns it.
+// WaitSettled waits until the intent is terminal or Deferred and returns
+// it. A watch stream that ends early (the server cut a slow watcher off) is
+// opened again.
 func (c *Client) WaitSettled(ctx context.Context, id string) (intent.Intent, error) {
-	var last intent.Intent
-	err := c.Watch(ctx, agent.Filter{IntentID: id}, func(e agent.Event) bool {
-		last = e.Intent
-		return !(e.Intent.Status.State.Terminal() || e.Intent.Status.State == intent.Deferred)
-	})
-	if err != nil && last.ID == "" {
-		return last, err
+	settled := func(it intent.Intent) bool {
+		return it.Status.State.Terminal() || it.Status.State == intent.Deferred
 	}
-	if !(last.Status.State.Terminal() || last.Status.State == intent.Deferred) {
-		if err == nil {
-			err = errors.New("watch ended before the intent settled")
+	for {
+		var last intent.Intent
+		err := c.Watch(ctx, agent.Filter{IntentID: id}, func(e agent.Event) bool {
+			last = e.Intent
+			return !settled(last)
+		})
+		if settled(last) {
+			return last, nil
 		}
-		return last, err
+		if ctx.Err() != nil {
+			return last, fmt.Errorf("intent %s not settled: %w", id, ctx.Err())
+		}
+		var se *StatusError
+		if errors.As(err, &se) {
+			return last, err
+		}
+		it, gerr := c.Get(ctx, id)
+		if gerr != nil {
+			return last, errors.Join(err, gerr)
+		}
+		if settled(it) {
+			return it, nil
+		}
 	}
-	return last, nil
 }

@@ -1,0 +1,47 @@
+// Package agenttest serves a real agent, on a fake cgroup tree, behind the
+// real API handler on a unix socket, for tests of API clients.
+package agenttest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+
+	"github.com/resizer/resize-agent/agent"
+	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+)
+
+// Server is a running agent.
+type Server struct {
+	Socket string
+	Agent  *agent.Agent
+	Root   string // the fake cgroup root
+}
+
+// Serve starts an agent with the given allocatable capacity and cgroups,
+// stopped when the test ends.
+func Serve(t testing.TB, alloc admission.Capacity, paths ...string) *Server {
+	t.Helper()
+	root := cgrouptest.FakeTree(t, paths...)
+	a := agent.New(cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck()),
+		admission.NewLedger(alloc), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: api.NewHandler(a)}
+	go srv.Serve(l)
+	t.Cleanup(func() {
+		a.Close(context.Background())
+		srv.Close()
+	})
+	return &Server{Socket: sock, Agent: a, Root: root}
+}

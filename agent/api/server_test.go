@@ -1,0 +1,170 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/resizer/resize-agent/agent"
+	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/agenttest"
+	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+)
+
+func serve(t *testing.T) (string, *agent.Agent, string) {
+	s := agenttest.Serve(t, admission.Capacity{MilliCPU: 2000, Memory: 4 << 30}, "/pod/web")
+	return s.Socket, s.Agent, s.Root
+}
+
+func post(t *testing.T, sock, body string, header map[string]string) (int, string) {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return net.Dial("unix", sock)
+	}}}
+	req, _ := http.NewRequest(http.MethodPost, "http://x/v1/intents", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestBadInputIsRejectedAndChangesNothing(t *testing.T) {
+	sock, a, root := serve(t)
+	for name, tc := range map[string]struct {
+		body string
+		code int
+		msg  string
+	}{
+		"not json":          {`{"target":`, 400, "decoding intent"},
+		"unknown field":     {`{"target":{"name":"web","cgroupPath":"/pod/web"},"resources":{"limits":{"cpu":"1"}},"force":true}`, 400, `force`},
+		"unknown nested":    {`{"target":{"name":"web","cgroupPath":"/pod/web","uid":"x"},"resources":{"limits":{"cpu":"1"}}}`, 400, `uid`},
+		"malformed qty":     {`{"target":{"name":"web","cgroupPath":"/pod/web"},"resources":{"limits":{"cpu":"one"}}}`, 400, "quantities must match"},
+		"negative":          {`{"target":{"name":"web","cgroupPath":"/pod/web"},"resources":{"limits":{"memory":"-1Gi"}}}`, 422, "negative"},
+		"escape":            {`{"target":{"name":"web","cgroupPath":"/pod/../../../etc"},"resources":{"limits":{"cpu":"1"}}}`, 422, "cgroupPath"},
+		"trailing":          {`{"target":{"name":"web","cgroupPath":"/pod/web"},"resources":{"limits":{"cpu":"1"}}} {}`, 400, "trailing data"},
+		"missing cgroup":    {`{"target":{"name":"x","cgroupPath":"/nope"},"resources":{"limits":{"cpu":"1"}}}`, 404, "does not exist"},
+		"oversized":         {`{"target":{"name":"` + strings.Repeat("a", api.MaxBodyBytes) + `"}}`, 413, "over"},
+		"nothing to resize": {`{"target":{"name":"web","cgroupPath":"/pod/web"},"resources":{}}`, 422, "nothing to resize"},
+	} {
+		code, body := post(t, sock, tc.body, nil)
+		if code != tc.code || !strings.Contains(body, tc.msg) {
+			t.Errorf("%s: %d %s, want %d with %q", name, code, body, tc.code, tc.msg)
+		}
+	}
+	if code, _ := post(t, sock, `{}`, map[string]string{"Content-Type": "text/plain"}); code != 415 {
+		t.Errorf("text/plain: %d", code)
+	}
+	if n := len(a.List(agent.Filter{}, "")); n != 0 {
+		t.Errorf("%d intents stored from bad input", n)
+	}
+	if len(a.Containers()) != 0 {
+		t.Error("bad input registered a container")
+	}
+	if got := cgrouptest.ReadFile(t, root, "/pod/web", "cpu.max"); got != "max 100000" {
+		t.Errorf("cpu.max changed to %s", got)
+	}
+}
+
+func TestClientRoundTrip(t *testing.T) {
+	sock, _, root := serve(t)
+	c := api.NewClient(sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s := intent.Spec{ID: "r1", Target: intent.Target{Name: "web", CgroupPath: "pod/web"}}
+	s.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}
+	s.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
+	it, created, err := c.Submit(ctx, s)
+	if err != nil || !created || it.ID != "r1" || it.Spec.Target.CgroupPath != "/pod/web" {
+		t.Fatalf("%+v %v %v", it, created, err)
+	}
+	it, err = c.WaitSettled(ctx, "r1")
+	if err != nil || it.Status.State != intent.Completed {
+		t.Fatalf("%+v %v", it.Status, err)
+	}
+	if _, created, err := c.Submit(ctx, s); err != nil || created {
+		t.Errorf("idempotent resubmit: created=%v %v", created, err)
+	}
+	if got := cgrouptest.ReadFile(t, root, "/pod/web", "memory.max"); got != "67108864" {
+		t.Errorf("memory.max %s", got)
+	}
+	list, err := c.List(ctx, "web", intent.Completed)
+	if err != nil || len(list) != 1 {
+		t.Errorf("List = %v, %v", list, err)
+	}
+	cs, err := c.Containers(ctx)
+	if err != nil || len(cs) != 1 || cs[0].Cgroup == nil || cs[0].Cgroup.CPUMax != "50000 100000" || cs[0].Cgroup.CPUWeight != 35 {
+		t.Errorf("Containers = %+v, %v", cs, err)
+	}
+	n, err := c.Node(ctx)
+	if err != nil || n.Allocated.MilliCPU != 250 || n.Free.MilliCPU != 1750 {
+		t.Errorf("Node = %+v, %v", n, err)
+	}
+	_, err = c.Get(ctx, "nope")
+	var se *api.StatusError
+	if !errors.As(err, &se) || se.Code != 404 {
+		t.Errorf("Get(nope) = %v", err)
+	}
+	if _, err := c.List(ctx, "", "Bogus"); err == nil {
+		t.Error("bogus state accepted")
+	}
+	if err := c.Forget(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Node(ctx); n.Allocated.MilliCPU != 0 {
+		t.Errorf("forget did not release: %+v", n)
+	}
+}
+
+func TestWatchStreamsStateChanges(t *testing.T) {
+	sock, _, _ := serve(t)
+	c := api.NewClient(sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := make(chan []intent.State, 1)
+	started := make(chan struct{})
+	go func() {
+		var states []intent.State
+		close(started)
+		c.Watch(ctx, agent.Filter{Container: "web"}, func(e agent.Event) bool {
+			states = append(states, e.Intent.Status.State)
+			return !e.Intent.Status.State.Terminal()
+		})
+		got <- states
+	}()
+	<-started
+	time.Sleep(100 * time.Millisecond) // let the watch connect
+	s := intent.Spec{Target: intent.Target{Name: "web", CgroupPath: "/pod/web"}}
+	s.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	if _, _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	states := <-got
+	if strings.Join(stateNames(states), ",") != "Proposed,InProgress,Completed" {
+		t.Errorf("watched %v", states)
+	}
+}
+
+func stateNames(s []intent.State) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = string(v)
+	}
+	return out
+}
