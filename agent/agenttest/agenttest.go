@@ -30,8 +30,16 @@ type Server struct {
 func Serve(t testing.TB, alloc admission.Capacity, paths ...string) *Server {
 	t.Helper()
 	root := cgrouptest.FakeTree(t, paths...)
-	a := agent.New(cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck()),
-		admission.NewLedger(alloc), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	s := ServeWith(t, cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck()), alloc)
+	s.Root = root
+	return s
+}
+
+// ServeWith is Serve on the given cgroups, such as the real hierarchy.
+func ServeWith(t testing.TB, cg agent.Cgroups, alloc admission.Capacity, opts ...agent.Option) *Server {
+	t.Helper()
+	opts = append([]agent.Option{agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
+	a := agent.New(cg, admission.NewLedger(alloc), opts...)
 	sock := filepath.Join(t.TempDir(), "api.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -43,5 +51,5 @@ func Serve(t testing.TB, alloc admission.Capacity, paths ...string) *Server {
 		a.Close(context.Background())
 		srv.Close()
 	})
-	return &Server{Socket: sock, Agent: a, Root: root}
+	return &Server{Socket: sock, Agent: a}
 }

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -164,4 +167,49 @@ func usable(mountpoint string) error {
 		return fmt.Errorf("%s lacks the cpu or memory controller (has %q)", mountpoint, strings.TrimSpace(f))
 	}
 	return nil
+}
+
+// StartIn starts cmd directly inside the cgroup p (clone3 with
+// CLONE_INTO_CGROUP, so no instant is spent outside it) and kills it when the
+// test ends.
+func StartIn(t testing.TB, mountpoint, p string, cmd *exec.Cmd) {
+	t.Helper()
+	fd, err := unix.Open(filepath.Join(mountpoint, p), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %v in %s: %v", cmd.Args, p, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+	})
+}
+
+// CPUUsage returns usage_usec from the cgroup's cpu.stat.
+func CPUUsage(t testing.TB, mountpoint, p string) time.Duration {
+	t.Helper()
+	for _, line := range strings.Split(ReadFile(t, mountpoint, p, "cpu.stat"), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return time.Duration(n) * time.Microsecond
+		}
+	}
+	t.Fatalf("no usage_usec in %s/cpu.stat", p)
+	return 0
+}
+
+// CPURate measures how many CPUs the cgroup used over d.
+func CPURate(t testing.TB, mountpoint, p string, d time.Duration) float64 {
+	t.Helper()
+	u0, t0 := CPUUsage(t, mountpoint, p), time.Now()
+	time.Sleep(d)
+	u1, t1 := CPUUsage(t, mountpoint, p), time.Now()
+	return float64(u1-u0) / float64(t1.Sub(t0))
 }
