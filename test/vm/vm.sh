@@ -1,0 +1,644 @@
+#!/usr/bin/env bash
+# QEMU VM test harness for resize-agent: a real cgroup v2 machine (Debian's
+# 6.1 kernel booted from an initramfs) with optional containerd 2.x + runc.
+#
+#   test/vm/vm.sh prepare
+#   test/vm/vm.sh run [--payload DIR]... [--containerd] [--collect GUESTDIR:HOSTDIR]...
+#                     [--mem 2G] [--cpus 2] [--timeout SECONDS] [--env KEY=VALUE]...
+#                     [--quiet] [--console-log FILE] [--containerd-log] -- CMD [ARGS...]
+#   test/vm/vm.sh accel        # prints kvm or tcg (what `run` would use)
+#   test/vm/vm.sh clean        # removes the cache
+#
+# Container runtime: containerd and runc are built from the Go module proxy
+# (containerd $VM_CONTAINERD_VERSION, default v2.2.9, CGO_ENABLED=0 static;
+# runc $VM_RUNC_VERSION, default v1.4.4, static-pie with cgo + libseccomp, i.e.
+# with the seccomp build tag). If that build fails and VM_RUNTIME_SOURCE=auto
+# (the default), the harness falls back to Debian 12's containerd (1.6.20) and
+# runc (1.1.5) packages (fetched with apt-get download, shared libraries copied
+# into the initramfs). VM_RUNTIME_SOURCE=gomod|debian forces one of the two.
+#
+# See test/vm/README.md for details.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE=${VM_CACHE:-/var/cache/resize-agent-vm}
+CONTAINERD_VERSION=${VM_CONTAINERD_VERSION:-v2.2.9}
+RUNC_VERSION=${VM_RUNC_VERSION:-v1.4.4}
+CRICTL_VERSION=${VM_CRICTL_VERSION:-v1.37.0}
+RUNTIME_SOURCE=${VM_RUNTIME_SOURCE:-auto}
+KVM_PROBE_TIMEOUT=${VM_KVM_PROBE_TIMEOUT:-20}
+
+export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
+export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+export GOFLAGS=${GOFLAGS:--buildvcs=false}
+
+msg() { echo "[vm.sh] $*" >&2; }
+die() {
+	echo "[vm.sh] ERROR: $*" >&2
+	exit 125
+}
+now() { echo "${EPOCHREALTIME/,/.}"; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+
+# sha256 of some files (for cache stamps).
+hashof() { cat "$@" | sha256sum | cut -c1-16; }
+
+# ---------------------------------------------------------------------------
+# Host packages
+# ---------------------------------------------------------------------------
+APT_UPDATED=0
+apt_update_once() {
+	if [[ $APT_UPDATED == 0 ]]; then
+		msg "apt-get update"
+		apt-get update -qq >&2 || die "apt-get update failed"
+		APT_UPDATED=1
+	fi
+}
+
+HOST_PACKAGES=(qemu-system-x86 busybox-static cpio kmod gcc libc6-dev libseccomp-dev pkg-config ca-certificates)
+ensure_host_packages() {
+	local missing=() p
+	for p in "${HOST_PACKAGES[@]}"; do
+		if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+			missing+=("$p")
+		fi
+	done
+	if ((${#missing[@]})); then
+		apt_update_once
+		msg "apt-get install ${missing[*]}"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 ||
+			die "apt-get install ${missing[*]} failed"
+	fi
+	command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found"
+	[[ -x /bin/busybox ]] || die "/bin/busybox (busybox-static) not found"
+	command -v go >/dev/null || die "go not found (expected in PATH or /usr/local/go/bin)"
+}
+
+# ---------------------------------------------------------------------------
+# Kernel (Debian linux-image-amd64) and modules
+# ---------------------------------------------------------------------------
+# Modules the guest loads (with their dependencies, from modules.dep):
+# overlay for containerd's overlayfs snapshotter, virtio-pci + virtio_console
+# for --collect (virtio-serial ports), veth/bridge are not needed (no CNI).
+GUEST_MODULES=(overlay virtio_pci virtio_console)
+KDIR=$CACHE/kernel
+
+ensure_kernel() {
+	if [[ -f $KDIR/ready && -f $KDIR/vmlinuz ]]; then return; fi
+	apt_update_once
+	local pkg
+	pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+	[[ -n $pkg ]] || die "cannot resolve linux-image-amd64 to a versioned kernel package"
+	msg "fetching $pkg"
+	rm -rf "$KDIR.tmp"
+	mkdir -p "$KDIR.tmp/deb"
+	(cd "$KDIR.tmp/deb" && apt-get download "$pkg" >&2) || die "apt-get download $pkg failed"
+	dpkg-deb -x "$KDIR.tmp/deb"/*.deb "$KDIR.tmp/x"
+	local kver
+	kver=$(ls "$KDIR.tmp/x/lib/modules")
+	[[ -n $kver && -f $KDIR.tmp/x/boot/vmlinuz-$kver ]] || die "unexpected layout of $pkg"
+	depmod -b "$KDIR.tmp/x" "$kver"
+	local mdir=$KDIR.tmp/x/lib/modules/$kver
+	# Resolve each wanted module and its dependencies into load order.
+	local order=() seen=" " m path deps d
+	resolve() { # $1 = module path relative to $mdir
+		local p=$1 dd
+		[[ $seen == *" $p "* ]] && return
+		dd=$(awk -v m="$p:" '$1 == m { $1 = ""; print }' "$mdir/modules.dep")
+		for d in $dd; do resolve "$d"; done
+		seen+="$p "
+		order+=("$p")
+	}
+	for m in "${GUEST_MODULES[@]}"; do
+		path=$(awk -F: -v m="/$m.ko" 'index($1, m) && substr($1, length($1) - length(m) + 1) == m { print $1; exit }' "$mdir/modules.dep")
+		if [[ -z $path ]]; then
+			if grep -q "/$m.ko$" "$mdir/modules.builtin"; then continue; fi
+			die "module $m not found in $pkg"
+		fi
+		resolve "$path"
+	done
+	mkdir -p "$KDIR.tmp/out/lib/modules/$kver"
+	cp "$KDIR.tmp/x/boot/vmlinuz-$kver" "$KDIR.tmp/vmlinuz"
+	for m in "${order[@]}"; do
+		mkdir -p "$KDIR.tmp/out/lib/modules/$kver/$(dirname "$m")"
+		cp "$mdir/$m" "$KDIR.tmp/out/lib/modules/$kver/$m"
+	done
+	printf '%s\n' "${order[@]}" >"$KDIR.tmp/modules.list"
+	echo "$kver" >"$KDIR.tmp/kver"
+	echo "$pkg" >"$KDIR.tmp/package"
+	rm -rf "$KDIR.tmp/x" "$KDIR.tmp/deb"
+	rm -rf "$KDIR"
+	mv "$KDIR.tmp" "$KDIR"
+	touch "$KDIR/ready"
+	msg "kernel $kver ready (modules: ${order[*]})"
+}
+
+# ---------------------------------------------------------------------------
+# containerd + runc (+ crictl)
+# ---------------------------------------------------------------------------
+RT=$CACHE/runtime
+gobuild_module() { # dir modpath version
+	local dir=$1 modpath=$2 ver=$3
+	mkdir -p "$dir"
+	cat >"$dir/go.mod" <<EOF
+module vmharness/build
+
+go $(go env GOVERSION | sed 's/^go//')
+EOF
+	cat >"$dir/tools.go" <<EOF
+//go:build tools
+
+package tools
+
+import _ "$modpath"
+EOF
+	(cd "$dir" && go get "$modpath@$ver" && go mod tidy)
+}
+
+build_gomod_runtime() { # outdir
+	local out=$1 b=$CACHE/build
+	mkdir -p "$out" "$b"
+	msg "building containerd $CONTAINERD_VERSION (go module proxy, CGO_ENABLED=0)"
+	local t0
+	t0=$(now)
+	gobuild_module "$b/containerd-$CONTAINERD_VERSION" github.com/containerd/containerd/v2/cmd/containerd "$CONTAINERD_VERSION" >&2 || return 1
+	(cd "$b/containerd-$CONTAINERD_VERSION" && CGO_ENABLED=0 go build -trimpath \
+		-ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_VERSION#v} -X github.com/containerd/containerd/v2/version.Revision=goproxy" \
+		-o "$out/" \
+		github.com/containerd/containerd/v2/cmd/containerd \
+		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+		github.com/containerd/containerd/v2/cmd/ctr) >&2 || return 1
+	msg "containerd built in $(elapsed "$t0" "$(now)")s"
+	msg "building runc $RUNC_VERSION (go module proxy, cgo, static-pie, seccomp)"
+	t0=$(now)
+	gobuild_module "$b/runc-$RUNC_VERSION" github.com/opencontainers/runc "$RUNC_VERSION" >&2 || return 1
+	(cd "$b/runc-$RUNC_VERSION" && CGO_ENABLED=1 go build -trimpath -buildmode=pie \
+		-tags "seccomp urfave_cli_no_docs netgo osusergo" \
+		-ldflags "-s -w -X main.gitCommit=goproxy-$RUNC_VERSION -linkmode external -extldflags -static-pie" \
+		-o "$out/runc" github.com/opencontainers/runc) >&2 || return 1
+	msg "runc built in $(elapsed "$t0" "$(now)")s"
+	"$out/runc" --version >&2 || return 1
+	# crictl: optional convenience for CRI-level debugging in the guest.
+	if [[ ${VM_WITH_CRICTL:-1} == 1 ]]; then
+		msg "building crictl $CRICTL_VERSION (optional)"
+		t0=$(now)
+		if gobuild_module "$b/crictl-$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl "$CRICTL_VERSION" >&2 &&
+			(cd "$b/crictl-$CRICTL_VERSION" && CGO_ENABLED=0 go build -trimpath \
+				-ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
+				-o "$out/crictl" sigs.k8s.io/cri-tools/cmd/crictl) >&2; then
+			msg "crictl built in $(elapsed "$t0" "$(now)")s"
+		else
+			msg "warning: crictl build failed; continuing without crictl"
+			rm -f "$out/crictl"
+		fi
+	fi
+	echo "gomod containerd=$CONTAINERD_VERSION runc=$RUNC_VERSION" >"$out/SOURCE"
+}
+
+# Copy the shared libraries of a dynamically linked binary under $2.
+copy_libs() { # binary rootdir
+	local lib
+	for lib in $(ldd "$1" 2>/dev/null | awk '/=> \// { print $3 } /^\t\// { print $1 }'); do
+		mkdir -p "$2$(dirname "$lib")"
+		cp -L "$lib" "$2$lib"
+	done
+}
+
+build_debian_runtime() { # outdir
+	local out=$1 d=$CACHE/build/debian
+	apt_update_once
+	rm -rf "$d"
+	mkdir -p "$d/deb" "$out"
+	msg "fetching Debian containerd + runc packages (fallback)"
+	(cd "$d/deb" && apt-get download containerd runc >&2) || return 1
+	for f in "$d"/deb/*.deb; do dpkg-deb -x "$f" "$d/x"; done
+	cp "$d/x/usr/bin/containerd" "$d/x/usr/bin/containerd-shim-runc-v2" "$d/x/usr/bin/ctr" "$out/"
+	cp "$d/x/usr/sbin/runc" "$out/runc"
+	mkdir -p "$out/libroot"
+	local bin
+	for bin in "$out"/containerd "$out"/containerd-shim-runc-v2 "$out"/ctr "$out"/runc; do
+		copy_libs "$bin" "$out/libroot"
+	done
+	echo "debian containerd=$(dpkg-deb -f "$d"/deb/containerd_*.deb Version) runc=$(dpkg-deb -f "$d"/deb/runc_*.deb Version)" >"$out/SOURCE"
+}
+
+ensure_runtime() {
+	local key
+	case $RUNTIME_SOURCE in
+	auto | gomod) key=gomod-$CONTAINERD_VERSION-$RUNC_VERSION ;;
+	debian) key=debian ;;
+	*) die "VM_RUNTIME_SOURCE must be auto, gomod or debian" ;;
+	esac
+	if [[ $RUNTIME_SOURCE == auto && ! -f $RT/$key/ready && -f $RT/debian/ready && -f $RT/$key.failed ]]; then
+		key=debian
+	fi
+	if [[ ! -f $RT/$key/ready ]]; then
+		rm -rf "$RT/$key"
+		if [[ $key == debian ]]; then
+			build_debian_runtime "$RT/$key" || die "fetching Debian containerd/runc failed"
+		elif build_gomod_runtime "$RT/$key"; then
+			:
+		elif [[ $RUNTIME_SOURCE == auto ]]; then
+			msg "WARNING: building containerd/runc from the Go module proxy failed; falling back to Debian's containerd 1.6 + runc 1.1"
+			touch "$RT/$key.failed"
+			rm -rf "$RT/$key"
+			key=debian
+			[[ -f $RT/$key/ready ]] || build_debian_runtime "$RT/$key" || die "fetching Debian containerd/runc failed"
+		else
+			die "building containerd/runc from the Go module proxy failed"
+		fi
+		touch "$RT/$key/ready"
+	fi
+	RUNTIME_DIR=$RT/$key
+}
+
+# ---------------------------------------------------------------------------
+# OCI images (busybox, pause)
+# ---------------------------------------------------------------------------
+IMG=$CACHE/images
+IMAGES_REV=1 # bump when ensure_images changes what goes into the images
+ensure_images() {
+	local h
+	h=$( (echo "images-rev-$IMAGES_REV"; cat "$HERE/ociimage/main.go" "$HERE/pause.c" /bin/busybox) | sha256sum | cut -c1-16)
+	if [[ -f $IMG/ready && $(cat "$IMG/ready") == "$h" ]]; then return; fi
+	msg "building OCI images"
+	rm -rf "$IMG"
+	mkdir -p "$IMG/tools"
+	(cd "$HERE" && go build -o "$IMG/tools/ociimage" ./ociimage) >&2 ||
+		(cd "$HERE/ociimage" && GO111MODULE=off GOFLAGS= go build -o "$IMG/tools/ociimage" main.go) >&2 ||
+		die "building test/vm/ociimage failed"
+	gcc -static -Os -s -o "$IMG/tools/pause" "$HERE/pause.c" || die "gcc -static pause.c failed"
+
+	local r=$IMG/rootfs-busybox a
+	mkdir -p "$r/bin" "$r/etc" "$r/tmp" "$r/proc" "$r/sys" "$r/dev" "$r/root" "$r/var" "$r/run" "$r/usr/bin" "$r/usr/sbin" "$r/sbin"
+	chmod 1777 "$r/tmp"
+	cp /bin/busybox "$r/bin/busybox"
+	for a in $(/bin/busybox --list); do
+		[[ $a == busybox ]] || ln -sf busybox "$r/bin/$a"
+	done
+	echo 'root:x:0:0:root:/root:/bin/sh' >"$r/etc/passwd"
+	echo 'nobody:x:65534:65534:nobody:/nonexistent:/bin/false' >>"$r/etc/passwd"
+	printf 'root:x:0:\nnogroup:x:65534:\n' >"$r/etc/group"
+	"$IMG/tools/ociimage" -rootfs "$r" -name localhost/resize-agent/busybox:latest \
+		-cmd '["/bin/sh"]' -env PATH=/usr/sbin:/usr/bin:/sbin:/bin -o "$IMG/busybox.tar"
+
+	r=$IMG/rootfs-pause
+	mkdir -p "$r"
+	cp "$IMG/tools/pause" "$r/pause"
+	"$IMG/tools/ociimage" -rootfs "$r" -name localhost/resize-agent/pause:latest \
+		-entrypoint '["/pause"]' -o "$IMG/pause.tar"
+	rm -rf "$IMG/rootfs-busybox" "$IMG/rootfs-pause"
+	echo "$h" >"$IMG/ready"
+}
+
+# ---------------------------------------------------------------------------
+# Initramfs pieces (cpio newc, uncompressed: fastest to unpack under TCG)
+# ---------------------------------------------------------------------------
+CP=$CACHE/cpio
+mkcpio() { # dir out
+	(cd "$1" && find . -mindepth 1 -print0 | LC_ALL=C sort -z | cpio --null -o -H newc -R 0:0 --quiet) >"$2.tmp"
+	mv "$2.tmp" "$2"
+}
+
+ensure_cpios() {
+	mkdir -p "$CP"
+	local kver h s
+	kver=$(cat "$KDIR/kver")
+	# base: busybox, kernel modules, /dev/console.
+	h=$(hashof /bin/busybox "$KDIR/modules.list" "$KDIR/kver")
+	if [[ ! -f $CP/base.cpio || $(cat "$CP/base.stamp" 2>/dev/null) != "$h" ]]; then
+		s=$CP/stage-base
+		rm -rf "$s"
+		mkdir -p "$s/bin" "$s/dev" "$s/proc" "$s/sys" "$s/tmp" "$s/run" "$s/etc" "$s/root" "$s/var" "$s/harness" "$s/usr/local/bin"
+		cp /bin/busybox "$s/bin/busybox"
+		ln -s busybox "$s/bin/sh"
+		mknod -m 600 "$s/dev/console" c 5 1
+		mknod -m 666 "$s/dev/null" c 1 3
+		cp -a "$KDIR/out/lib" "$s/"
+		cp "$KDIR/modules.list" "$s/harness/modules"
+		mkcpio "$s" "$CP/base.cpio"
+		rm -rf "$s"
+		echo "$h" >"$CP/base.stamp"
+	fi
+	# containerd: runtime binaries and images.
+	h=$(hashof "$RUNTIME_DIR/SOURCE" "$IMG/ready")
+	if [[ ! -f $CP/containerd.cpio || $(cat "$CP/containerd.stamp" 2>/dev/null) != "$h" ]]; then
+		s=$CP/stage-containerd
+		rm -rf "$s"
+		mkdir -p "$s/usr/local/bin" "$s/images"
+		cp "$RUNTIME_DIR"/containerd "$RUNTIME_DIR"/containerd-shim-runc-v2 "$RUNTIME_DIR"/ctr "$RUNTIME_DIR"/runc "$s/usr/local/bin/"
+		[[ -x $RUNTIME_DIR/crictl ]] && cp "$RUNTIME_DIR/crictl" "$s/usr/local/bin/"
+		[[ -d $RUNTIME_DIR/libroot ]] && cp -a "$RUNTIME_DIR/libroot/." "$s/"
+		cp "$IMG/busybox.tar" "$IMG/pause.tar" "$s/images/"
+		mkcpio "$s" "$CP/containerd.cpio"
+		rm -rf "$s"
+		echo "$h" >"$CP/containerd.stamp"
+	fi
+	# probe: busybox + an init that prints a marker (for the KVM probe).
+	if [[ ! -f $CP/probe.cpio ]]; then
+		s=$CP/stage-probe
+		rm -rf "$s"
+		mkdir -p "$s/bin" "$s/dev"
+		cp /bin/busybox "$s/bin/busybox"
+		mknod -m 600 "$s/dev/console" c 5 1
+		printf '#!/bin/busybox sh\n/bin/busybox echo VMHARNESS-PROBE-OK\n/bin/busybox poweroff -f\n' >"$s/init"
+		chmod 755 "$s/init"
+		mkcpio "$s" "$CP/probe.cpio"
+		rm -rf "$s"
+	fi
+}
+
+cmd_prepare() {
+	local t0
+	t0=$(now)
+	ensure_host_packages
+	ensure_kernel
+	ensure_runtime
+	ensure_images
+	ensure_cpios
+	msg "prepare done in $(elapsed "$t0" "$(now)")s (cache $CACHE; runtime: $(cat "$RUNTIME_DIR/SOURCE"))"
+}
+
+# Quiet variant used by `run`: only does work when something is missing.
+ensure_prepared() {
+	if [[ -f $KDIR/ready && -f $IMG/ready && -f $CP/base.cpio && -f $CP/containerd.cpio && -f $CP/probe.cpio ]] &&
+		command -v qemu-system-x86_64 >/dev/null; then
+		ensure_runtime
+		ensure_images
+		ensure_cpios
+		return
+	fi
+	cmd_prepare
+}
+
+# ---------------------------------------------------------------------------
+# Accelerator probe (KVM has been seen to hang here: hard timeout, then TCG)
+# ---------------------------------------------------------------------------
+probe_kvm() {
+	[[ -r /dev/kvm && -w /dev/kvm ]] || return 1
+	local d log pid i ok=1
+	d=$(mktemp -d "${TMPDIR:-/tmp}/vmprobe.XXXXXX")
+	log=$d/console
+	qemu-system-x86_64 -accel kvm -cpu host -m 256M -smp 1 \
+		-kernel "$KDIR/vmlinuz" -initrd "$CP/probe.cpio" \
+		-append "console=ttyS0 loglevel=3 panic=-1 rdinit=/init" \
+		-nographic -nic none -no-reboot </dev/null >"$log" 2>&1 &
+	pid=$!
+	for ((i = 0; i < KVM_PROBE_TIMEOUT * 10; i++)); do
+		if grep -q VMHARNESS-PROBE-OK "$log" 2>/dev/null; then
+			ok=0
+			break
+		fi
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		# Give a successful guest a moment to power off, then kill hard.
+		[[ $ok == 0 ]] && sleep 1
+		kill -9 "$pid" 2>/dev/null || true
+	fi
+	# Do not wait(): a qemu stuck in the kernel may never be reaped.
+	disown "$pid" 2>/dev/null || true
+	rm -rf "$d"
+	return $ok
+}
+
+resolve_accel() {
+	case ${VM_ACCEL:-auto} in
+	kvm | tcg) ACCEL=$VM_ACCEL ;;
+	auto)
+		if probe_kvm; then ACCEL=kvm; else ACCEL=tcg; fi
+		export VM_ACCEL=$ACCEL # cached for this run (and child vm.sh calls)
+		;;
+	*) die "VM_ACCEL must be auto, kvm or tcg" ;;
+	esac
+}
+
+cmd_accel() {
+	ensure_prepared >/dev/null
+	resolve_accel
+	echo "$ACCEL"
+}
+
+# ---------------------------------------------------------------------------
+# run
+# ---------------------------------------------------------------------------
+squote() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
+
+usage() {
+	sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+}
+
+cmd_run() {
+	local payloads=() collects=() envs=() containerd=0 mem=2G cpus=2 timeout=600 quiet=0 console_log="" ctd_log=${VM_CONTAINERD_LOG:-0}
+	while (($#)); do
+		case $1 in
+		--payload) payloads+=("$2"); shift 2 ;;
+		--payload=*) payloads+=("${1#*=}"); shift ;;
+		--collect) collects+=("$2"); shift 2 ;;
+		--collect=*) collects+=("${1#*=}"); shift ;;
+		--env) envs+=("$2"); shift 2 ;;
+		--env=*) envs+=("${1#*=}"); shift ;;
+		--containerd) containerd=1; shift ;;
+		--containerd-log) ctd_log=1; shift ;;
+		--mem) mem=$2; shift 2 ;;
+		--mem=*) mem=${1#*=}; shift ;;
+		--cpus) cpus=$2; shift 2 ;;
+		--cpus=*) cpus=${1#*=}; shift ;;
+		--timeout) timeout=$2; shift 2 ;;
+		--timeout=*) timeout=${1#*=}; shift ;;
+		--quiet) quiet=1; shift ;;
+		--console-log) console_log=$2; shift 2 ;;
+		--console-log=*) console_log=${1#*=}; shift ;;
+		--) shift; break ;;
+		-h | --help) usage ;;
+		*) die "run: unknown option $1 (the command goes after --)" ;;
+		esac
+	done
+	(($#)) || die "run: no command given (usage: vm.sh run [options] -- CMD [ARGS...])"
+	[[ $timeout =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
+	[[ $cpus =~ ^[0-9]+$ ]] || die "--cpus must be a number"
+	local p c
+	for p in "${payloads[@]}"; do [[ -d $p ]] || die "--payload $p: not a directory"; done
+	for c in "${collects[@]}"; do [[ $c == /*:* ]] || die "--collect $c: expected /GUESTDIR:HOSTDIR"; done
+	for c in "${envs[@]}"; do [[ $c =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env $c: expected KEY=VALUE"; done
+
+	ensure_prepared
+	resolve_accel
+
+	local work
+	work=$(mktemp -d "${TMPDIR:-/tmp}/vmrun.XXXXXX")
+	QEMU_PID=""
+	# shellcheck disable=SC2064
+	trap "cleanup_run '$work'" EXIT
+	trap 'exit 130' INT TERM
+
+	# Per-run initramfs part: /init, /harness/*, /payload.
+	local s=$work/stage i
+	mkdir -p "$s/harness" "$s/payload/bin"
+	cp "$HERE/guest-init.sh" "$s/init"
+	chmod 755 "$s/init"
+	for p in "${payloads[@]}"; do
+		cp -al "$p/." "$s/payload/" 2>/dev/null || cp -a "$p/." "$s/payload/"
+	done
+	{
+		echo "VMH_CONTAINERD=$containerd"
+		echo "VMH_CONTAINERD_LOG=$ctd_log"
+		echo "VMH_NCOLLECT=${#collects[@]}"
+		for i in "${!collects[@]}"; do
+			echo "VMH_COLLECT_$i=$(squote "${collects[$i]%%:*}")"
+		done
+	} >"$s/harness/config"
+	{
+		for c in "${envs[@]}"; do echo "export ${c%%=*}=$(squote "${c#*=}")"; done
+	} >"$s/harness/env"
+	{
+		local a line=""
+		for a in "$@"; do line+="$(squote "$a") "; done
+		echo "$line"
+	} >"$s/harness/cmd"
+	mkcpio "$s" "$work/run.cpio"
+	rm -rf "$s"
+	if ((containerd)); then
+		cat "$CP/base.cpio" "$CP/containerd.cpio" "$work/run.cpio" >"$work/initrd"
+	else
+		cat "$CP/base.cpio" "$work/run.cpio" >"$work/initrd"
+	fi
+
+	local qemu=(qemu-system-x86_64 -m "$mem" -smp "$cpus"
+		-kernel "$KDIR/vmlinuz" -initrd "$work/initrd"
+		-append "console=ttyS0 loglevel=3 panic=-1 rdinit=/init mitigations=off tsc=reliable"
+		-nographic -nic none -no-reboot)
+	if [[ $ACCEL == kvm ]]; then
+		qemu+=(-accel kvm -cpu host)
+	else
+		qemu+=(-accel tcg,thread=multi -cpu max)
+	fi
+	if ((${#collects[@]})); then
+		qemu+=(-device virtio-serial-pci)
+		for i in "${!collects[@]}"; do
+			: >"$work/collect$i.tar"
+			qemu+=(-chardev "file,id=collect$i,path=$work/collect$i.tar"
+				-device "virtserialport,chardev=collect$i,name=vmharness.collect$i")
+		done
+	fi
+
+	mkfifo "$work/console"
+	[[ -n $console_log ]] && : >"$console_log"
+	local t0 tboot="" tend line status="" booted=0 timed_out=0 setup_failed="" rc
+	t0=$(now)
+	"${qemu[@]}" </dev/null >"$work/console" 2>"$work/qemu.err" &
+	QEMU_PID=$!
+	exec {CONSOLE_FD}<"$work/console"
+	local deadline=$((SECONDS + timeout)) remaining
+	while :; do
+		remaining=$((deadline - SECONDS))
+		if ((remaining <= 0)); then
+			timed_out=1
+			break
+		fi
+		line=""
+		if IFS= read -r -t "$remaining" -u "$CONSOLE_FD" line; then
+			:
+		else
+			rc=$?
+			if ((rc > 128)); then
+				timed_out=1
+				break
+			fi
+			[[ -n $line ]] || break # EOF: qemu exited
+		fi
+		line=${line//$'\r'/}
+		[[ -n $console_log ]] && printf '%s\n' "$line" >>"$console_log"
+		if ((!booted)) && [[ $line == *VMHARNESS-INIT* ]]; then
+			booted=1
+			tboot=$(now)
+			msg "guest init started: boot took $(elapsed "$t0" "$tboot")s (accel $ACCEL, ${cpus} cpus, $mem)"
+			((quiet)) && continue
+		fi
+		if [[ $line =~ VMHARNESS-EXIT=([0-9]+)$ ]]; then
+			status=${BASH_REMATCH[1]}
+		fi
+		[[ $line == VMHARNESS-SETUP-FAILED:* ]] && setup_failed=${line#VMHARNESS-SETUP-FAILED: }
+		if ((quiet)); then
+			((booted)) || continue
+			[[ $line =~ ^\[\ *[0-9]+\.[0-9]+\]\  ]] && continue
+			[[ $line == "[vmharness] "* && $line != *ERROR* && $line != *warning* ]] && continue
+		fi
+		printf '%s\n' "$line"
+	done
+	exec {CONSOLE_FD}<&-
+	tend=$(now)
+	if ((timed_out)); then
+		kill -9 "$QEMU_PID" 2>/dev/null || true
+		wait "$QEMU_PID" 2>/dev/null || true
+		QEMU_PID=""
+		if ((!booted)); then
+			msg "######## VM did not boot: timed out after $timeout s (accel $ACCEL) ########"
+		else
+			msg "######## timed out after $timeout s (accel $ACCEL) ########"
+		fi
+		return 124
+	fi
+	wait "$QEMU_PID" 2>/dev/null || true
+	QEMU_PID=""
+
+	for i in "${!collects[@]}"; do
+		local hdir=${collects[$i]#*:}
+		if [[ -s $work/collect$i.tar ]]; then
+			mkdir -p "$hdir"
+			tar -xf "$work/collect$i.tar" -C "$hdir" --no-same-owner ||
+				msg "ERROR: --collect ${collects[$i]}: cannot unpack"
+		else
+			msg "warning: --collect ${collects[$i]}: nothing received"
+		fi
+	done
+
+	if ((!booted)); then
+		msg "######## VM did not boot (qemu exited after $(elapsed "$t0" "$tend")s) ########"
+		[[ -s $work/qemu.err ]] && sed 's/^/[qemu] /' "$work/qemu.err" >&2
+		return 125
+	fi
+	if [[ -z $status ]]; then
+		msg "######## VM died without reporting an exit status (kernel panic or init crash?) after $(elapsed "$t0" "$tend")s ########"
+		[[ -s $work/qemu.err ]] && sed 's/^/[qemu] /' "$work/qemu.err" >&2
+		return 125
+	fi
+	[[ -n $setup_failed ]] && msg "######## guest setup failed: $setup_failed ########"
+	msg "exit status $status; total $(elapsed "$t0" "$tend")s (boot $(elapsed "$t0" "$tboot")s, accel $ACCEL)"
+	return "$status"
+}
+
+cleanup_run() {
+	if [[ -n ${QEMU_PID:-} ]]; then
+		kill -9 "$QEMU_PID" 2>/dev/null || true
+		wait "$QEMU_PID" 2>/dev/null || true
+	fi
+	if [[ ${VM_KEEP:-0} == 1 ]]; then
+		msg "kept $1"
+	else
+		rm -rf "$1"
+	fi
+}
+
+main() {
+	(($#)) || usage
+	[[ $(id -u) == 0 ]] || die "must run as root (apt-get, mknod)"
+	local sub=$1
+	shift
+	case $sub in
+	prepare) cmd_prepare ;;
+	run)
+		local rc=0
+		cmd_run "$@" || rc=$?
+		exit "$rc"
+		;;
+	accel) cmd_accel ;;
+	clean) rm -rf "$CACHE" ;;
+	-h | --help | help) usage ;;
+	*) die "unknown subcommand $sub" ;;
+	esac
+}
+
+main "$@"
