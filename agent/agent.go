@@ -20,6 +20,7 @@ import (
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cri"
 )
 
 // Cgroups is what the agent needs of the cgroup filesystem.
@@ -27,7 +28,17 @@ type Cgroups interface {
 	Read(path string) (cgroup.State, error)
 	Write(path string, r cgroup.Resources) error
 	Exists(path string) (bool, error)
+	PathOf(pid int) (string, error)
 	PageSize() int64
+}
+
+// Runtime is what the agent needs of the container runtime; *cri.Client
+// implements it.
+type Runtime interface {
+	Find(ctx context.Context, podUID, name string) (cri.Container, error)
+	Get(ctx context.Context, id string) (cri.Container, error)
+	Update(ctx context.Context, id string, r cri.Resources) error
+	Restart(ctx context.Context, id string, r cri.Resources, stopTimeout time.Duration) (cri.Container, error)
 }
 
 // Option configures an Agent.
@@ -42,6 +53,10 @@ func WithMetrics(m *metrics.Metrics) Option { return func(a *Agent) { a.metrics 
 // WithCPUPeriod sets the cpu.max period in microseconds (default 100000).
 func WithCPUPeriod(p uint64) Option { return func(a *Agent) { a.period = p } }
 
+// WithRuntime lets the agent resize containers of a runtime (targets by
+// pod UID and name, or container ID) through it.
+func WithRuntime(rt Runtime) Option { return func(a *Agent) { a.rt = rt } }
+
 // WithHistory sets how many terminal intents are kept for get and list.
 func WithHistory(n int) Option { return func(a *Agent) { a.history = n } }
 
@@ -51,6 +66,7 @@ func WithClock(now func() time.Time) Option { return func(a *Agent) { a.now = no
 // Agent is safe for concurrent use.
 type Agent struct {
 	cg      Cgroups
+	rt      Runtime
 	ledger  *admission.Ledger
 	log     *slog.Logger
 	metrics *metrics.Metrics
@@ -77,9 +93,14 @@ type record struct {
 	retry  bool // a Deferred intent to try again
 }
 
-// container is one container the agent manages, keyed by cgroup path.
+// container is one container the agent manages, keyed by its cgroup path
+// (a bare cgroup) or by pod UID and name (a runtime's container, whose ID and
+// cgroup change when it is restarted).
 type container struct {
 	key, name, pod string
+	cgroup         string // its cgroup now
+	runtimeID      string // "" for a bare cgroup
+	podUID         string
 	// res is what the container was last given; for a resource no intent
 	// has declared yet (cpu, mem false), the limit inferred from its cgroup.
 	// The agent writes only the files of declared resources.
@@ -114,6 +135,10 @@ func (a *Agent) Submit(spec intent.Spec) (intent.Intent, bool, error) {
 	// The stored spec must not share maps with the caller's.
 	spec.Resources = *spec.Resources.DeepCopy()
 	spec.ResizePolicy = slices.Clone(spec.ResizePolicy)
+	res, err := a.resolve(spec.Target)
+	if err != nil {
+		return intent.Intent{}, false, err
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closing {
@@ -127,7 +152,7 @@ func (a *Agent) Submit(spec intent.Spec) (intent.Intent, bool, error) {
 			return old.Intent, false, nil
 		}
 	}
-	c, err := a.containerLocked(spec.Target)
+	c, err := a.containerLocked(spec.Target, res)
 	if err != nil {
 		return intent.Intent{}, false, err
 	}
@@ -148,7 +173,7 @@ func (a *Agent) Submit(spec intent.Spec) (intent.Intent, bool, error) {
 	a.order = append(a.order, r.ID)
 	a.gauge(1)
 	a.hub.publish(Event{"ADDED", r.Intent})
-	a.log.Info("intent accepted", "intent", r.ID, "container", c.name, "cgroup", c.key, "resources", describe(change))
+	a.log.Info("intent accepted", "intent", r.ID, "container", c.name, "cgroup", c.cgroup, "resources", describe(change))
 
 	if old := c.pending; old != nil {
 		old.Status.SupersededBy = r.ID
@@ -172,41 +197,107 @@ func newID() string {
 	return time.Now().UTC().Format("20060102-150405-") + hex.EncodeToString(b[:])
 }
 
+// resolved is where a target is: its key, cgroup and runtime container.
+type resolved struct {
+	key, cgroup string
+	ctr         *cri.Container
+}
+
+// resolve finds a target, asking the runtime for a runtime's container. It
+// runs without the lock: the runtime may be slow.
+func (a *Agent) resolve(t intent.Target) (resolved, error) {
+	if !t.Runtime() {
+		return resolved{key: t.CgroupPath, cgroup: t.CgroupPath}, nil
+	}
+	if a.rt == nil {
+		return resolved{}, fmt.Errorf("%w: the target names a runtime container, but this agent has no container runtime (set --cri-endpoint)", intent.ErrInvalid)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var ct cri.Container
+	var err error
+	if t.PodUID != "" {
+		ct, err = a.rt.Find(ctx, t.PodUID, t.Name)
+	} else {
+		ct, err = a.rt.Get(ctx, t.ContainerID)
+	}
+	switch {
+	case errors.Is(err, cri.ErrNotFound):
+		return resolved{}, fmt.Errorf("%w: %w", ErrNotFound, err)
+	case err != nil:
+		return resolved{}, fmt.Errorf("%w: %w", ErrRuntime, err)
+	case !ct.Running():
+		return resolved{}, fmt.Errorf("%w: container %s is %s, not running", ErrNotFound, ct.ID, ct.State)
+	}
+	p, err := a.cg.PathOf(ct.PID)
+	if err != nil {
+		return resolved{}, fmt.Errorf("%w: cgroup of container %s (pid %d): %w", ErrNotFound, ct.ID, ct.PID, err)
+	}
+	key := "container:" + ct.ID
+	if ct.PodUID != "" {
+		key = "pod:" + ct.PodUID + "/" + ct.Name
+	}
+	return resolved{key: key, cgroup: p, ctr: &ct}, nil
+}
+
 // containerLocked finds or, on first sight, registers the target. A new
-// container's resources are inferred from its cgroup and its inferred CPU
-// request is put on the ledger: it is already running and holds them.
-func (a *Agent) containerLocked(t intent.Target) (*container, error) {
-	if c, ok := a.containers[t.CgroupPath]; ok {
-		if c.name != t.Name {
-			return nil, fmt.Errorf("%w: cgroup %s is managed as container %q, not %q", ErrConflict, t.CgroupPath, c.name, t.Name)
+// container's limits are inferred from its cgroup; it holds nothing on the
+// ledger until an intent declares its requests.
+func (a *Agent) containerLocked(t intent.Target, res resolved) (*container, error) {
+	if c, ok := a.containers[res.key]; ok {
+		if c.name != t.Name && !t.Runtime() {
+			return nil, fmt.Errorf("%w: cgroup %s is managed as container %q, not %q", ErrConflict, res.cgroup, c.name, t.Name)
 		}
 		if c.pod != t.PodCgroupPath {
-			return nil, fmt.Errorf("%w: cgroup %s is managed with pod cgroup %q, not %q", ErrConflict, t.CgroupPath, c.pod, t.PodCgroupPath)
+			return nil, fmt.Errorf("%w: container %q is managed with pod cgroup %q, not %q", ErrConflict, c.name, c.pod, t.PodCgroupPath)
+		}
+		if res.ctr != nil && c.runtimeID != res.ctr.ID && !c.running {
+			// Restarted behind the agent's back: follow the new one.
+			c.runtimeID, c.cgroup = res.ctr.ID, res.cgroup
 		}
 		return c, nil
 	}
 	for _, c := range a.containers {
-		if c.name == t.Name {
-			return nil, fmt.Errorf("%w: container name %q is already used for cgroup %s", ErrConflict, t.Name, c.key)
+		if c.name == t.Name && c.podUID == res.podUID() {
+			return nil, fmt.Errorf("%w: container name %q is already used for %s", ErrConflict, t.Name, c.cgroup)
+		}
+		if c.cgroup == res.cgroup {
+			return nil, fmt.Errorf("%w: cgroup %s is already managed as container %q", ErrConflict, res.cgroup, c.name)
 		}
 	}
-	st, err := a.cg.Read(t.CgroupPath)
+	st, err := a.cg.Read(res.cgroup)
 	if err != nil {
 		if errors.Is(err, cgroup.ErrNotFound) {
-			return nil, fmt.Errorf("%w: target cgroup %s does not exist under the cgroup root", ErrNotFound, t.CgroupPath)
+			return nil, fmt.Errorf("%w: target cgroup %s does not exist under the cgroup root", ErrNotFound, res.cgroup)
 		}
-		return nil, fmt.Errorf("read target cgroup %s: %w", t.CgroupPath, err)
+		return nil, fmt.Errorf("read target cgroup %s: %w", res.cgroup, err)
 	}
 	if t.PodCgroupPath != "" {
+		if !cgroup.IsUnder(res.cgroup, t.PodCgroupPath) {
+			return nil, fmt.Errorf("%w: the container's cgroup %s is not below podCgroupPath %s", intent.ErrInvalid, res.cgroup, t.PodCgroupPath)
+		}
 		if _, err := a.cg.Read(t.PodCgroupPath); err != nil {
 			return nil, fmt.Errorf("%w: pod cgroup %s: %w", ErrNotFound, t.PodCgroupPath, err)
 		}
 	}
-	c := &container{key: t.CgroupPath, name: t.Name, pod: t.PodCgroupPath, res: intent.FromCgroup(st)}
+	c := &container{key: res.key, name: t.Name, pod: t.PodCgroupPath, cgroup: res.cgroup, res: intent.FromCgroup(st)}
+	if res.ctr != nil {
+		c.runtimeID, c.podUID = res.ctr.ID, res.ctr.PodUID
+		if c.name == "" {
+			c.name = res.ctr.Name
+		}
+	}
 	a.containers[c.key] = c
 	a.ledger.Set(c.key, requests(c.res))
-	a.log.Info("container registered", "container", c.name, "cgroup", c.key, "inferred", c.res.String())
+	a.log.Info("container registered", "container", c.name, "cgroup", c.cgroup, "runtimeID", c.runtimeID, "inferred", c.res.String())
 	return c, nil
+}
+
+func (r resolved) podUID() string {
+	if r.ctr != nil {
+		return r.ctr.PodUID
+	}
+	return ""
 }
 
 func requests(r intent.Resources) admission.Capacity {
@@ -229,14 +320,23 @@ func (a *Agent) admissibleLocked(c *container, spec intent.Spec, ch intent.Chang
 				intent.ErrInvalid, intent.ReasonQoSChange, before, after)
 		}
 	}
-	pol, _ := intent.Policies(spec.ResizePolicy)
-	for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		if pol[res] == corev1.RestartContainer && changes(c.res, want, res) {
-			return want, fmt.Errorf("%w: resizePolicy for %s is RestartContainer, but %s is a bare cgroup with no runtime to restart it; use NotRequired or target the container through the runtime",
-				intent.ErrInvalid, res, c.key)
-		}
+	if c.runtimeID == "" && needsRestart(spec, c.res, want) {
+		return want, fmt.Errorf("%w: resizePolicy is RestartContainer for a resource that changes, but %s is a bare cgroup with no runtime to restart it; use NotRequired or target the container through the runtime (podUID or containerID)",
+			intent.ErrInvalid, c.cgroup)
 	}
 	return want, nil
+}
+
+// needsRestart reports whether a resource whose policy is RestartContainer
+// changes, which is when the kubelet restarts a container to resize it.
+func needsRestart(spec intent.Spec, from, to intent.Resources) bool {
+	pol, _ := intent.Policies(spec.ResizePolicy)
+	for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if pol[res] == corev1.RestartContainer && changes(from, to, res) {
+			return true
+		}
+	}
+	return false
 }
 
 func changes(a, b intent.Resources, res corev1.ResourceName) bool {
@@ -341,32 +441,42 @@ func reasonOf(err error) string {
 func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 	a.mu.Lock()
 	old := c.res
-	cpu := c.cpu || r.change.Touches(corev1.ResourceCPU)
-	mem := c.mem || r.change.Touches(corev1.ResourceMemory)
-	ctr := level{path: c.key, want: want.Cgroup(a.period, cpu, mem)}
-	var pod *level
+	job := applyJob{
+		r: r, want: want, old: old, runtimeID: c.runtimeID,
+		cpu: c.cpu || r.change.Touches(corev1.ResourceCPU),
+		mem: c.mem || r.change.Touches(corev1.ResourceMemory),
+	}
+	job.restart = c.runtimeID != "" && needsRestart(r.Spec, old, want)
+	job.ctr = level{path: c.cgroup, want: want.Cgroup(a.period, job.cpu, job.mem)}
 	if c.pod != "" {
-		pcpu, pmem := cpu, mem
+		pcpu, pmem := job.cpu, job.mem
 		for _, o := range a.containers {
 			if o != c && o.pod == c.pod {
 				pcpu, pmem = pcpu || o.cpu, pmem || o.mem
 			}
 		}
-		pod = &level{path: c.pod, want: podResources(a.podMembersLocked(c, want), a.period).Cgroup(a.period, pcpu, pmem)}
+		job.pod = &level{path: c.pod, want: podResources(a.podMembersLocked(c, want)).Cgroup(a.period, pcpu, pmem)}
 	}
 	a.mu.Unlock()
 
-	state, reason, msg, applied := a.write(c, r, ctr, pod)
+	out := a.write(&job)
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if state == intent.Completed {
-		c.res, c.cpu, c.mem = want, cpu, mem
-		r.Status.Applied = applied
+	if out.state == intent.Completed {
+		c.res, c.cpu, c.mem = want, job.cpu, job.mem
+		r.Status.Applied = out.applied
+		r.Status.Via = out.via
 	} else {
 		a.ledger.Set(c.key, requests(old))
 	}
-	a.finishLocked(c, r, state, reason, msg)
+	if out.newCtr != nil {
+		// Restarted, whatever else happened: follow the new container.
+		c.runtimeID, c.cgroup = out.newCtr.ID, out.newCgroup
+		r.Status.Restarted, r.Status.ContainerID = true, out.newCtr.ID
+		r.Status.Via = "restart"
+	}
+	a.finishLocked(c, r, out.state, out.reason, out.msg)
 	// Capacity freed, by a shrink or by handing back a reservation that
 	// was not used: give Deferred intents their chance.
 	now := requests(c.res)
@@ -376,64 +486,235 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 	}
 }
 
-// write does the cgroup part of apply and says how it ended.
-func (a *Agent) write(c *container, r *record, ctr level, pod *level) (intent.State, string, string, map[string][]cgroup.Value) {
+// applyJob is a snapshot, taken under the lock, of what apply must do.
+type applyJob struct {
+	r         *record
+	want, old intent.Resources
+	cpu, mem  bool // which resources are managed
+	runtimeID string
+	restart   bool
+	ctr       level
+	pod       *level
+}
+
+type applyResult struct {
+	state     intent.State
+	reason    string
+	msg       string
+	applied   map[string][]cgroup.Value
+	via       string
+	newCtr    *cri.Container
+	newCgroup string
+}
+
+func failed(reason, format string, args ...any) applyResult {
+	return applyResult{state: intent.Failed, reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// runtimeTimeout bounds the runtime's part of one apply.
+const runtimeTimeout = 30 * time.Second
+
+// write does the cgroup and runtime part of apply and says how it ended.
+func (a *Agent) write(j *applyJob) applyResult {
 	var err error
-	if ctr.cur, err = a.cg.Read(c.key); err != nil {
-		return a.readFailed(c.key, err)
+	if j.ctr.cur, err = a.cg.Read(j.ctr.path); err != nil {
+		return a.readFailed(j.ctr.path, err)
 	}
-	if pod != nil {
-		if pod.cur, err = a.cg.Read(pod.path); err != nil {
-			return a.readFailed(pod.path, err)
+	if j.pod != nil {
+		if j.pod.cur, err = a.cg.Read(j.pod.path); err != nil {
+			return a.readFailed(j.pod.path, err)
 		}
 	}
-	if !r.Spec.AllowMemoryBelowUsage {
-		for _, l := range []*level{&ctr, pod} {
+	if !j.r.Spec.AllowMemoryBelowUsage {
+		levels := []*level{j.pod}
+		if !j.restart { // a restarted container starts from nothing
+			levels = append(levels, &j.ctr)
+		}
+		for _, l := range levels {
 			if l == nil || l.want.MemoryMax == nil || *l.want.MemoryMax == cgroup.Unlimited {
 				continue
 			}
 			if lim := *l.want.MemoryMax; lim < l.cur.MemoryCurrent && lim < memLimit(l.cur.MemoryMax) {
-				return intent.Failed, intent.ReasonMemoryBelowUsage, fmt.Sprintf(
+				return failed(intent.ReasonMemoryBelowUsage,
 					"memory limit %s is below the current usage %s of %s; refusing, since the kernel would have to reclaim and might OOM-kill the container (set allowMemoryBelowUsage to force)",
-					intent.FormatMemory(lim), intent.FormatMemory(l.cur.MemoryCurrent), l.path), nil
+					intent.FormatMemory(lim), intent.FormatMemory(l.cur.MemoryCurrent), l.path)
 			}
 		}
 	}
-	steps := plan(ctr, pod, a.cg.PageSize())
-	if len(steps) == 0 {
-		return intent.Completed, intent.ReasonNoChange, "cgroup already holds the requested values", nil
+	steps := plan(j.ctr, j.pod, a.cg.PageSize())
+	if j.restart {
+		return a.restart(j, steps)
 	}
-	applied := map[string][]cgroup.Value{}
+	if len(steps) == 0 {
+		return applyResult{state: intent.Completed, reason: intent.ReasonNoChange, msg: "cgroup already holds the requested values"}
+	}
+	out := applyResult{state: intent.Completed, reason: intent.ReasonApplied, applied: map[string][]cgroup.Value{}, via: "cgroup"}
+	var notes []string
 	for i, s := range steps {
-		err := a.cg.Write(s.path, s.resource)
-		a.countWrite(s.resource, err)
+		how, note, err := a.writeStep(j, s)
+		if note != "" {
+			notes = append(notes, note)
+		}
 		if err != nil {
-			rb := a.rollback(steps[:i])
-			a.log.Warn("cgroup write failed", "intent", r.ID, "cgroup", s.path, "values", s.resource.Values(), "err", err, "rollback", rb)
-			msg := fmt.Sprintf("writing %s: %v", s.path, err)
+			rb := a.rollback(j, steps[:i])
+			a.log.Warn("resize step failed", "intent", j.r.ID, "cgroup", s.path, "values", s.resource.Values(), "err", err, "rollback", rb)
+			reason := intent.ReasonWriteFailed
+			if errors.Is(err, cri.ErrNotFound) || errors.Is(err, cgroup.ErrNotFound) {
+				reason = intent.ReasonContainerGone
+			}
+			msg := fmt.Sprintf("writing %s %s: %v", s.path, s.group, err)
 			if rb != nil {
 				msg += "; rollback: " + rb.Error()
 			} else if i > 0 {
-				msg += fmt.Sprintf("; the %d file(s) written before were restored", i)
+				msg += fmt.Sprintf("; the %d step(s) done before were undone", i)
 			}
-			return intent.Failed, intent.ReasonWriteFailed, msg, nil
+			return failed(reason, "%s", msg)
 		}
-		applied[s.path] = append(applied[s.path], s.resource.Values()...)
+		if s.container && how != "cgroup" {
+			out.via = how
+		}
+		out.applied[s.path] = append(out.applied[s.path], s.resource.Values()...)
 	}
-	return intent.Completed, intent.ReasonApplied, fmt.Sprintf("%d cgroup file(s) written and verified", len(steps)), applied
+	out.msg = fmt.Sprintf("%d cgroup step(s) written and verified", len(steps))
+	if len(notes) > 0 {
+		out.msg += "; " + strings.Join(notes, "; ")
+	}
+	return out
 }
 
-func (a *Agent) readFailed(path string, err error) (intent.State, string, string, map[string][]cgroup.Value) {
+// writeStep writes one step. A container of a runtime is updated through
+// the runtime, so that the runtime's record of its resources matches, and
+// the files are then checked; where the runtime's update fails or does not
+// hold, the files are written directly and the note says so.
+func (a *Agent) writeStep(j *applyJob, s step) (how, note string, err error) {
+	if !s.container || j.runtimeID == "" {
+		err := a.cg.Write(s.path, s.resource)
+		a.countWrite(s.resource, err)
+		return "cgroup", "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), runtimeTimeout)
+	defer cancel()
+	err = a.rt.Update(ctx, j.runtimeID, criResources(j.want, s.group == "cpu", s.group == "memory", a.period))
+	a.countRuntime(err)
+	switch {
+	case errors.Is(err, cri.ErrNotFound):
+		return "runtime", "", err
+	case err != nil:
+		note = fmt.Sprintf("the runtime refused the %s update (%v), so the agent wrote the cgroup itself", s.group, err)
+	default:
+		st, rerr := a.cg.Read(s.path)
+		if rerr != nil {
+			return "runtime", "", rerr
+		}
+		if st.Matches(s.resource, a.cg.PageSize()) {
+			return "runtime", "", nil
+		}
+		note = fmt.Sprintf("after the runtime's %s update the cgroup held cpu.max=%q cpu.weight=%d memory.max=%d, so the agent wrote the cgroup itself",
+			s.group, st.CPUMax, st.CPUWeight, st.MemoryMax)
+	}
+	err = a.cg.Write(s.path, s.resource)
+	a.countWrite(s.resource, err)
+	return "runtime+cgroup", note, err
+}
+
+// restart applies a resize by restarting the container with its new
+// resources: the pod cgroup grows first, the container restarts, and the
+// pod cgroup shrinks after.
+func (a *Agent) restart(j *applyJob, steps []step) applyResult {
+	var before, after []step
+	for _, s := range steps {
+		switch {
+		case s.container:
+		case shrinks(j.ctr.cur, j.ctr.want, s.group):
+			after = append(after, s)
+		default:
+			before = append(before, s)
+		}
+	}
+	for i, s := range before {
+		err := a.cg.Write(s.path, s.resource)
+		a.countWrite(s.resource, err)
+		if err != nil {
+			a.rollback(j, before[:i])
+			return failed(intent.ReasonWriteFailed, "writing pod cgroup %s before the restart: %v", s.path, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), runtimeTimeout+10*time.Second)
+	defer cancel()
+	ct, err := a.rt.Restart(ctx, j.runtimeID, criResources(j.want, j.cpu, j.mem, a.period), 10*time.Second)
+	a.countRuntime(err)
+	if err != nil {
+		a.rollback(j, before)
+		return failed(intent.ReasonRestartFailed, "restarting container %s: %v", j.runtimeID, err)
+	}
+	out := applyResult{state: intent.Completed, reason: intent.ReasonApplied, newCtr: &ct, applied: map[string][]cgroup.Value{}}
+	if out.newCgroup, err = a.cg.PathOf(ct.PID); err != nil {
+		out.newCgroup = j.ctr.path
+		return applyResult{state: intent.Failed, reason: intent.ReasonRestartFailed, newCtr: &ct, newCgroup: out.newCgroup,
+			msg: fmt.Sprintf("container restarted as %s but its cgroup cannot be found: %v", ct.ID, err)}
+	}
+	st, err := a.cg.Read(out.newCgroup)
+	if err == nil && !st.Matches(j.ctr.want, a.cg.PageSize()) {
+		err = a.cg.Write(out.newCgroup, j.ctr.want)
+		a.countWrite(j.ctr.want, err)
+	}
+	if err != nil {
+		return applyResult{state: intent.Failed, reason: intent.ReasonRestartFailed, newCtr: &ct, newCgroup: out.newCgroup,
+			msg: fmt.Sprintf("container restarted as %s, but its cgroup %s does not hold the new values: %v", ct.ID, out.newCgroup, err)}
+	}
+	out.applied[out.newCgroup] = j.ctr.want.Values()
+	for _, s := range after {
+		err := a.cg.Write(s.path, s.resource)
+		a.countWrite(s.resource, err)
+		if err != nil {
+			return applyResult{state: intent.Failed, reason: intent.ReasonWriteFailed, newCtr: &ct, newCgroup: out.newCgroup,
+				msg: fmt.Sprintf("container restarted as %s, but shrinking pod cgroup %s failed: %v", ct.ID, s.path, err)}
+		}
+		out.applied[s.path] = append(out.applied[s.path], s.resource.Values()...)
+	}
+	out.msg = fmt.Sprintf("container restarted as %s (restart count %d) with the new resources, verified on %s", ct.ID, ct.RestartCount, out.newCgroup)
+	return out
+}
+
+// criResources is what the kubelet sends the runtime for these resources:
+// shares from the CPU request, quota and period from the limit (-1:
+// unlimited), the memory limit (-1: unlimited). Fields of a resource not
+// being changed are 0, which the runtime leaves as they are.
+func criResources(r intent.Resources, cpu, mem bool, period uint64) cri.Resources {
+	var out cri.Resources
+	if cpu {
+		out.CPUPeriod = int64(period)
+		out.CPUQuota = cgroup.MilliCPUToQuota(r.CPULimit, period)
+		out.CPUShares = int64(cgroup.MilliCPUToShares(r.CPURequest))
+	}
+	if mem {
+		out.MemoryLimit = cgroup.Unlimited
+		if r.MemoryLimit > 0 {
+			out.MemoryLimit = r.MemoryLimit
+		}
+	}
+	return out
+}
+
+func (a *Agent) readFailed(path string, err error) applyResult {
 	reason := intent.ReasonWriteFailed
 	if errors.Is(err, cgroup.ErrNotFound) {
 		reason = intent.ReasonContainerGone
 	}
-	return intent.Failed, reason, fmt.Sprintf("reading %s: %v", path, err), nil
+	return failed(reason, "reading %s: %v", path, err)
 }
 
-func (a *Agent) rollback(done []step) error {
+// rollback undoes done steps, newest first: the files directly, and, for a
+// runtime's container, the runtime's record too.
+func (a *Agent) rollback(j *applyJob, done []step) error {
 	var errs []error
 	for _, s := range slices.Backward(done) {
+		if s.container && j.runtimeID != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), runtimeTimeout)
+			err := a.rt.Update(ctx, j.runtimeID, criResources(j.old, s.group == "cpu", s.group == "memory", a.period))
+			cancel()
+			a.countRuntime(err)
+		}
 		err := a.cg.Write(s.path, s.previous)
 		if a.metrics != nil {
 			for _, v := range s.previous.Values() {
@@ -445,6 +726,17 @@ func (a *Agent) rollback(done []step) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (a *Agent) countRuntime(err error) {
+	if a.metrics == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	a.metrics.RuntimeCalls.WithLabelValues(result).Inc()
 }
 
 func (a *Agent) countWrite(r cgroup.Resources, err error) {
@@ -612,6 +904,8 @@ type ContainerInfo struct {
 	Name          string             `json:"name"`
 	CgroupPath    string             `json:"cgroupPath"`
 	PodCgroupPath string             `json:"podCgroupPath,omitempty"`
+	ContainerID   string             `json:"containerID,omitempty"`
+	PodUID        string             `json:"podUID,omitempty"`
 	Resources     intent.Resources   `json:"resources"`
 	ManagesCPU    bool               `json:"managesCPU"`    // an intent declared cpu
 	ManagesMemory bool               `json:"managesMemory"` // an intent declared memory
@@ -636,7 +930,7 @@ func (a *Agent) Containers() []ContainerInfo {
 	a.mu.Lock()
 	out := make([]ContainerInfo, 0, len(a.containers))
 	for _, c := range a.containers {
-		ci := ContainerInfo{Name: c.name, CgroupPath: c.key, PodCgroupPath: c.pod, Resources: c.res,
+		ci := ContainerInfo{Name: c.name, CgroupPath: c.cgroup, PodCgroupPath: c.pod, ContainerID: c.runtimeID, PodUID: c.podUID, Resources: c.res,
 			ManagesCPU: c.cpu, ManagesMemory: c.mem, Allocated: a.ledger.Get(c.key), LastIntent: c.last, QOSClass: intent.QOSClass(c.res)}
 		if c.pending != nil {
 			ci.PendingIntent = c.pending.ID
@@ -666,7 +960,7 @@ func (a *Agent) Forget(name string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, c := range a.containers {
-		if c.name == name || c.key == name {
+		if c.name == name || c.cgroup == name || c.key == name {
 			a.forgetLocked(c, "container removed from the agent")
 			return nil
 		}
@@ -680,7 +974,7 @@ func (a *Agent) forgetLocked(c *container, why string) {
 	}
 	delete(a.containers, c.key)
 	a.ledger.Release(c.key)
-	a.log.Info("container forgotten", "container", c.name, "cgroup", c.key, "why", why)
+	a.log.Info("container forgotten", "container", c.name, "cgroup", c.cgroup, "why", why)
 	a.retryDeferredLocked()
 }
 
@@ -696,13 +990,13 @@ func (a *Agent) Resync() {
 	}
 	a.mu.Unlock()
 	for _, c := range idle {
-		ok, err := a.cg.Exists(c.key)
+		ok, err := a.cg.Exists(c.cgroup)
 		if err != nil || ok {
 			continue
 		}
 		a.mu.Lock()
 		if cur, still := a.containers[c.key]; still && cur == c && !c.running {
-			a.forgetLocked(c, "cgroup "+c.key+" no longer exists")
+			a.forgetLocked(c, "cgroup "+c.cgroup+" no longer exists")
 		}
 		a.mu.Unlock()
 	}

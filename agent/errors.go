@@ -13,3 +13,6 @@ var (
 	// ErrShuttingDown is returned once Close has begun.
 	ErrShuttingDown = errors.New("agent is shutting down")
 )
+
+// ErrRuntime is returned when the container runtime fails a request.
+var ErrRuntime = errors.New("container runtime error")

@@ -5,16 +5,28 @@ import (
 	"github.com/resizer/resize-agent/cgroup"
 )
 
-// step is one cgroup file to write, with the value it holds now so that
-// the step can be undone.
-type step struct {
-	path     string
-	resource cgroup.Resources // exactly one field set
-	previous cgroup.Resources // the same field, as it was
+// group is the set of files one resource owns. A step writes one group of
+// one cgroup, so that a runtime update (which sets a resource whole) and a
+// direct write are steps of the same shape.
+type group struct {
+	name  string // "cpu" or "memory"
+	files []string
 }
 
-// files in the order the agent writes them.
-var files = []string{cgroup.FileCPUWeight, cgroup.FileCPUMax, cgroup.FileMemoryMax}
+var groups = []group{
+	{"cpu", []string{cgroup.FileCPUWeight, cgroup.FileCPUMax}},
+	{"memory", []string{cgroup.FileMemoryMax}},
+}
+
+// step is one group of one cgroup to write, with the values it holds now
+// so that it can be undone.
+type step struct {
+	path      string
+	group     string
+	container bool // the container's own cgroup, not its pod's
+	resource  cgroup.Resources
+	previous  cgroup.Resources
+}
 
 // level is one cgroup in the plan: its path, what it holds now and what it
 // should hold.
@@ -24,24 +36,21 @@ type level struct {
 	want cgroup.Resources
 }
 
-// plan orders the writes of a resize. For every file, when the container's
-// value grows the pod-level cgroup is written first, and when it shrinks the
-// container is written first, so that the container's limit never exceeds
-// its pod's at any moment. Files that already hold the wanted value are not
-// written. pod may be nil.
+// plan orders the writes of a resize. For every resource, when the
+// container's limit grows the pod-level cgroup is written first, and when it
+// shrinks the container is written first, so that the container's limit
+// never exceeds its pod's. Groups that already hold the wanted values are
+// not written. pod may be nil.
 func plan(ctr level, pod *level, pageSize int64) []step {
 	var out []step
-	for _, f := range files {
-		c := stepFor(ctr, f, pageSize)
-		if pod == nil {
-			if c != nil {
-				out = append(out, *c)
-			}
-			continue
+	for _, g := range groups {
+		c := stepFor(ctr, g, true, pageSize)
+		var p *step
+		if pod != nil {
+			p = stepFor(*pod, g, false, pageSize)
 		}
-		p := stepFor(*pod, f, pageSize)
 		first, second := p, c
-		if shrinks(ctr.cur, ctr.want, f) {
+		if shrinks(ctr.cur, ctr.want, g.name) {
 			first, second = c, p
 		}
 		for _, s := range []*step{first, second} {
@@ -53,22 +62,48 @@ func plan(ctr level, pod *level, pageSize int64) []step {
 	return out
 }
 
-func stepFor(l level, file string, pageSize int64) *step {
-	want := l.want.Only(file)
+func only(r cgroup.Resources, g group) cgroup.Resources {
+	var out cgroup.Resources
+	for _, f := range g.files {
+		o := r.Only(f)
+		if o.CPUWeight != nil {
+			out.CPUWeight = o.CPUWeight
+		}
+		if o.CPUMax != nil {
+			out.CPUMax = o.CPUMax
+		}
+		if o.MemoryMax != nil {
+			out.MemoryMax = o.MemoryMax
+		}
+	}
+	return out
+}
+
+func stepFor(l level, g group, container bool, pageSize int64) *step {
+	want := only(l.want, g)
 	if want.IsZero() || l.cur.Matches(want, pageSize) {
 		return nil
 	}
-	return &step{path: l.path, resource: want, previous: l.cur.Resources().Only(file)}
+	prev := only(l.cur.Resources(), g)
+	// Restore only what the step writes.
+	if want.CPUWeight == nil {
+		prev.CPUWeight = nil
+	}
+	if want.CPUMax == nil {
+		prev.CPUMax = nil
+	}
+	return &step{path: l.path, group: g.name, container: container, resource: want, previous: prev}
 }
 
-// shrinks reports whether file's value goes down from cur to want.
-func shrinks(cur cgroup.State, want cgroup.Resources, file string) bool {
-	switch file {
-	case cgroup.FileCPUWeight:
+// shrinks reports whether the resource's limit goes down from cur to want.
+func shrinks(cur cgroup.State, want cgroup.Resources, res string) bool {
+	switch res {
+	case "cpu":
+		if want.CPUMax != nil && cpuRate(*want.CPUMax) != cpuRate(cur.CPUMax) {
+			return cpuRate(*want.CPUMax) < cpuRate(cur.CPUMax)
+		}
 		return want.CPUWeight != nil && *want.CPUWeight < cur.CPUWeight
-	case cgroup.FileCPUMax:
-		return want.CPUMax != nil && cpuRate(*want.CPUMax) < cpuRate(cur.CPUMax)
-	case cgroup.FileMemoryMax:
+	case "memory":
 		return want.MemoryMax != nil && memLimit(*want.MemoryMax) < memLimit(cur.MemoryMax)
 	}
 	return false
@@ -93,7 +128,7 @@ func memLimit(v int64) int64 {
 // computes it (pkg/kubelet/cm/helpers_linux.go, ResourceConfigForPod):
 // cpu.weight from the sum of the CPU requests; cpu.max from the sum of the
 // CPU limits, but only when every container has one; memory.max likewise.
-func podResources(containers []intent.Resources, period uint64) intent.Resources {
+func podResources(containers []intent.Resources) intent.Resources {
 	var sum intent.Resources
 	cpuLimited, memLimited := true, true
 	for _, r := range containers {

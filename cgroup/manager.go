@@ -308,3 +308,17 @@ func (m *Manager) LimitsOf(p string) (Limits, error) {
 	}
 	return l, nil
 }
+
+// PathOf returns the cgroup of a process, from /proc/<pid>/cgroup, as a
+// clean path relative to the root (when the agent shares the host's cgroup
+// namespace, as a DaemonSet with hostPID does).
+func (m *Manager) PathOf(pid int) (string, error) {
+	p, err := cgroup2.PidGroupPath(pid)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%w: process %d is gone", ErrNotFound, pid)
+		}
+		return "", fmt.Errorf("cgroup of process %d: %w", pid, err)
+	}
+	return CleanPath(p)
+}

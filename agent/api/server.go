@@ -150,6 +150,8 @@ func fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, "NotFound", err)
 	case errors.Is(err, agent.ErrConflict):
 		writeError(w, http.StatusConflict, "Conflict", err)
+	case errors.Is(err, agent.ErrRuntime):
+		writeError(w, http.StatusServiceUnavailable, "RuntimeUnavailable", err)
 	case errors.Is(err, agent.ErrShuttingDown):
 		writeError(w, http.StatusServiceUnavailable, "ShuttingDown", err)
 	default:

@@ -52,18 +52,29 @@ const (
 	ReasonContainerGone    = "ContainerGone"
 	ReasonShutdown         = "AgentShutdown"
 	ReasonInvalid          = "Invalid"
+	ReasonRuntimeFailed    = "RuntimeUpdateFailed"
+	ReasonRestartFailed    = "RestartFailed"
 )
 
-// Target names the container to resize.
+// Target names the container to resize, in one of three ways: a bare
+// cgroup (CgroupPath), or a container of the runtime, by pod UID and
+// container name (PodUID + Name) or by ID (ContainerID).
 type Target struct {
-	// Name is the container's name, for people.
+	// Name is the container's name: with PodUID, its name in the pod spec.
 	Name string `json:"name"`
 	// CgroupPath is the container's cgroup, relative to the cgroup root.
-	CgroupPath string `json:"cgroupPath"`
+	CgroupPath string `json:"cgroupPath,omitempty"`
+	// PodUID finds the container through the runtime (CRI labels).
+	PodUID string `json:"podUID,omitempty"`
+	// ContainerID finds the container through the runtime by its ID.
+	ContainerID string `json:"containerID,omitempty"`
 	// PodCgroupPath optionally names the pod-level cgroup the container sits
 	// in; the agent then manages it too, from the sum of its containers.
 	PodCgroupPath string `json:"podCgroupPath,omitempty"`
 }
+
+// Runtime reports whether the target is found through the runtime.
+func (t Target) Runtime() bool { return t.PodUID != "" || t.ContainerID != "" }
 
 // Spec is what a client asks for.
 type Spec struct {
@@ -91,6 +102,15 @@ type Status struct {
 	SupersededBy string     `json:"supersededBy,omitempty"`
 	// Applied lists the cgroup files written and verified, by cgroup path.
 	Applied map[string][]cgroup.Value `json:"applied,omitempty"`
+	// Via says how the container's own cgroup was changed: "cgroup" (the
+	// agent wrote the files), "runtime" (CRI UpdateContainerResources, then
+	// verified on the files), "runtime+cgroup" (the runtime's update did not
+	// hold and the agent wrote the files itself) or "restart".
+	Via string `json:"via,omitempty"`
+	// Restarted is set when the container was restarted (RestartContainer
+	// policy); ContainerID is then the new container's ID.
+	Restarted   bool   `json:"restarted,omitempty"`
+	ContainerID string `json:"containerID,omitempty"`
 }
 
 // Intent is an accepted Spec with its Status.

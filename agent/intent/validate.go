@@ -6,7 +6,11 @@ import (
 	"github.com/resizer/resize-agent/cgroup"
 )
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var (
+	idPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	uidPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,62}$`)
+	cidPattern = regexp.MustCompile(`^[a-f0-9]{12,64}$`)
+)
 
 // Validate checks a spec on its own, before anything is looked up, and
 // returns it with its paths in canonical form and its change parsed.
@@ -17,17 +21,35 @@ func Validate(s Spec) (Spec, Change, error) {
 	if s.Target.Name == "" || len(s.Target.Name) > 253 {
 		return s, Change{}, invalid("target.name is required (at most 253 bytes)")
 	}
-	p, err := cgroup.CleanPath(s.Target.CgroupPath)
-	if err != nil {
-		return s, Change{}, invalid("target.cgroupPath: %v", err)
+	ways := 0
+	for _, set := range []bool{s.Target.CgroupPath != "", s.Target.PodUID != "", s.Target.ContainerID != ""} {
+		if set {
+			ways++
+		}
 	}
-	s.Target.CgroupPath = p
+	if ways != 1 {
+		return s, Change{}, invalid("target: give exactly one of cgroupPath, podUID (with name) or containerID")
+	}
+	if s.Target.PodUID != "" && !uidPattern.MatchString(s.Target.PodUID) {
+		return s, Change{}, invalid("target.podUID %q is not a UID", s.Target.PodUID)
+	}
+	if s.Target.ContainerID != "" && !cidPattern.MatchString(s.Target.ContainerID) {
+		return s, Change{}, invalid("target.containerID %q is not a container ID", s.Target.ContainerID)
+	}
+	p := ""
+	if s.Target.CgroupPath != "" {
+		var err error
+		if p, err = cgroup.CleanPath(s.Target.CgroupPath); err != nil {
+			return s, Change{}, invalid("target.cgroupPath: %v", err)
+		}
+		s.Target.CgroupPath = p
+	}
 	if s.Target.PodCgroupPath != "" {
 		pp, err := cgroup.CleanPath(s.Target.PodCgroupPath)
 		if err != nil {
 			return s, Change{}, invalid("target.podCgroupPath: %v", err)
 		}
-		if !cgroup.IsUnder(p, pp) {
+		if p != "" && !cgroup.IsUnder(p, pp) {
 			return s, Change{}, invalid("target.cgroupPath %s is not below target.podCgroupPath %s", p, pp)
 		}
 		s.Target.PodCgroupPath = pp

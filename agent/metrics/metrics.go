@@ -21,6 +21,8 @@ type Metrics struct {
 	InFlight prometheus.Gauge
 	// CgroupWrites counts cgroup file writes by file and result.
 	CgroupWrites *prometheus.CounterVec
+	// RuntimeCalls counts CRI update and restart calls by result.
+	RuntimeCalls *prometheus.CounterVec
 }
 
 // Buckets span a direct cgroup write (well under a millisecond) to a
@@ -52,8 +54,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name:      "cgroup_writes_total",
 			Help:      "Writes of cgroup files, by file and result (ok, error, rollback).",
 		}, []string{"file", "result"}),
+		RuntimeCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "runtime_calls_total",
+			Help:      "Calls to the container runtime (CRI UpdateContainerResources, restarts), by result.",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.ResizeDuration, m.Resizes, m.InFlight, m.CgroupWrites,
+	reg.MustRegister(m.ResizeDuration, m.Resizes, m.InFlight, m.CgroupWrites, m.RuntimeCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, o := range []string{"completed", "failed", "infeasible", "deferred", "superseded"} {
 		m.Resizes.WithLabelValues(o)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cri"
 )
 
 // Options configure the daemon. Flags override the config file.
@@ -26,6 +27,7 @@ type Options struct {
 	ListenTCP      string `json:"listenTCP"`
 	TCPTokenFile   string `json:"tcpTokenFile"`
 	MetricsAddress string `json:"metricsAddress"`
+	CRIEndpoint    string `json:"criEndpoint"`
 
 	CPUAllocatable    string `json:"cpuAllocatable"`
 	MemoryAllocatable string `json:"memoryAllocatable"`
@@ -53,6 +55,7 @@ func DefaultOptions() *Options {
 		CapacityCgroup:  "/",
 		Socket:          "/run/resize-agent/agent.sock",
 		MetricsAddress:  ":9847",
+		CRIEndpoint:     cri.DefaultEndpoint,
 		CPUPeriod:       cgroup.DefaultPeriod,
 		ResyncInterval:  "10s",
 		ShutdownTimeout: "10s",
@@ -71,6 +74,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ListenTCP, "listen-tcp", o.ListenTCP, "also serve the API on this TCP address (needs --tcp-token-file)")
 	fs.StringVar(&o.TCPTokenFile, "tcp-token-file", o.TCPTokenFile, "file holding the bearer token TCP clients must send")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address for /metrics, /healthz and /readyz (empty: none)")
+	fs.StringVar(&o.CRIEndpoint, "cri-endpoint", o.CRIEndpoint, "CRI runtime socket for containers named by pod UID or ID (empty: bare cgroups only)")
 	fs.StringVar(&o.CPUAllocatable, "cpu-allocatable", o.CPUAllocatable, "allocatable CPU as a quantity (default: detected minus --cpu-reserved)")
 	fs.StringVar(&o.MemoryAllocatable, "memory-allocatable", o.MemoryAllocatable, "allocatable memory as a quantity (default: detected minus --memory-reserved)")
 	fs.StringVar(&o.CPUReserved, "cpu-reserved", o.CPUReserved, "CPU held back from detected capacity, e.g. 500m")

@@ -21,6 +21,7 @@ import (
 	"github.com/resizer/resize-agent/agent/api"
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cri"
 )
 
 // run is the daemon: it returns when ctx ends (nil after a clean shutdown)
@@ -46,8 +47,24 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	a := agent.New(cg, admission.NewLedger(alloc), agent.WithLogger(log.With("component", "agent")),
-		agent.WithMetrics(m), agent.WithCPUPeriod(o.CPUPeriod))
+	agentOpts := []agent.Option{agent.WithLogger(log.With("component", "agent")), agent.WithMetrics(m), agent.WithCPUPeriod(o.CPUPeriod)}
+	if o.CRIEndpoint != "" {
+		rt, err := cri.Dial(o.CRIEndpoint)
+		if err != nil {
+			return err
+		}
+		defer rt.Close()
+		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if v, err := rt.Version(vctx); err != nil {
+			// The connection is retried on every call: the runtime may come up later.
+			log.Warn("container runtime not reachable now; runtime targets fail until it is", "endpoint", o.CRIEndpoint, "err", err)
+		} else {
+			log.Info("container runtime", "endpoint", o.CRIEndpoint, "version", v)
+		}
+		cancel()
+		agentOpts = append(agentOpts, agent.WithRuntime(rt))
+	}
+	a := agent.New(cg, admission.NewLedger(alloc), agentOpts...)
 	metrics.RegisterNode(reg, a)
 
 	var ready atomic.Bool

@@ -31,7 +31,8 @@ const (
 const usage = `usage: resizectl [--socket PATH | --address URL] [--token-file F] COMMAND [flags]
 
 commands:
-  resize NAME --cgroup PATH [--pod-cgroup PATH] [--cpu-request Q] [--cpu-limit Q]
+  resize NAME (--cgroup PATH | --pod-uid UID | --container-id ID) [--pod-cgroup PATH]
+         [--cpu-request Q] [--cpu-limit Q]
          [--memory-request Q] [--memory-limit Q] [--cpu-policy P] [--memory-policy P]
          [--allow-memory-below-usage] [--id ID] [--wait=true] [--timeout 30s]
                      submit a resize intent and wait until it settles
@@ -172,7 +173,9 @@ func withArg(fs *flag.FlagSet, args []string, name string, f func(string) error)
 }
 
 func resize(ctx context.Context, c *api.Client, fs *flag.FlagSet, args []string, out *string, stdout io.Writer) (int, error) {
-	cg := fs.String("cgroup", "", "the container's cgroup, relative to the cgroup root (required)")
+	cg := fs.String("cgroup", "", "the container's cgroup, relative to the cgroup root")
+	podUID := fs.String("pod-uid", "", "find the container NAME of this pod through the runtime")
+	cid := fs.String("container-id", "", "find the container by its runtime ID")
 	pod := fs.String("pod-cgroup", "", "the pod-level cgroup to manage with it")
 	cpuReq := fs.String("cpu-request", "", "requests.cpu, e.g. 500m")
 	cpuLim := fs.String("cpu-limit", "", "limits.cpu, e.g. 2")
@@ -196,7 +199,7 @@ func resize(ctx context.Context, c *api.Client, fs *flag.FlagSet, args []string,
 		}
 		name = fs.Arg(0)
 	}
-	s := intent.Spec{ID: *id, Target: intent.Target{Name: name, CgroupPath: *cg, PodCgroupPath: *pod}, AllowMemoryBelowUsage: *below}
+	s := intent.Spec{ID: *id, Target: intent.Target{Name: name, CgroupPath: *cg, PodUID: *podUID, ContainerID: *cid, PodCgroupPath: *pod}, AllowMemoryBelowUsage: *below}
 	set := func(l *corev1.ResourceList, res corev1.ResourceName, flagName, v string) error {
 		if v == "" {
 			return nil
@@ -226,8 +229,8 @@ func resize(ctx context.Context, c *api.Client, fs *flag.FlagSet, args []string,
 			s.ResizePolicy = append(s.ResizePolicy, corev1.ContainerResizePolicy{ResourceName: res, RestartPolicy: corev1.ResourceResizeRestartPolicy(p)})
 		}
 	}
-	if *cg == "" {
-		return 0, usageError{errors.New("resize: --cgroup is required")}
+	if *cg == "" && *podUID == "" && *cid == "" {
+		return 0, usageError{errors.New("resize: give --cgroup, --pod-uid or --container-id")}
 	}
 	it, _, err := c.Submit(ctx, s)
 	if err != nil {

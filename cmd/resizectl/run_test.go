@@ -63,7 +63,7 @@ func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{},
 		{"bogus"},
-		{"resize", "c"},                                       // no --cgroup
+		{"resize", "c"}, // no --cgroup
 		{"resize", "c", "--cgroup", "/c", "--cpu-limit", "x"}, // bad quantity
 		{"get"},
 		{"list", "-o", "yaml"},
