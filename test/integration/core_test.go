@@ -72,17 +72,21 @@ func setup(t *testing.T, alloc admission.Capacity) *env {
 
 type res map[corev1.ResourceName]string
 
+func list(r res) corev1.ResourceList {
+	if r == nil {
+		return nil
+	}
+	l := corev1.ResourceList{}
+	for k, v := range r {
+		l[k] = resource.MustParse(v)
+	}
+	return l
+}
+
 func (e *env) resize(t *testing.T, name, path, pod string, req, lim res) intent.Intent {
 	t.Helper()
 	s := intent.Spec{Target: intent.Target{Name: name, CgroupPath: path, PodCgroupPath: pod}}
-	conv := func(r res) corev1.ResourceList {
-		l := corev1.ResourceList{}
-		for k, v := range r {
-			l[k] = resource.MustParse(v)
-		}
-		return l
-	}
-	s.Resources.Requests, s.Resources.Limits = conv(req), conv(lim)
+	s.Resources.Requests, s.Resources.Limits = list(req), list(lim)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	it, _, err := e.c.Submit(ctx, s)
