@@ -16,6 +16,7 @@
 B=/bin/busybox
 
 if [ "$1" != stage2 ]; then
+	$B echo
 	$B echo "VMHARNESS-INIT stage1"
 	$B mkdir -p /newroot
 	$B mount -t tmpfs -o mode=0755,size=90% tmpfs /newroot
@@ -25,6 +26,7 @@ if [ "$1" != stage2 ]; then
 		*) $B cp -a "$e" /newroot/ ;;
 		esac
 	done
+	# shellcheck disable=SC2093 # the lines below only run if exec fails
 	exec $B switch_root /newroot /init stage2
 	$B echo "VMHARNESS-SETUP-FAILED: switch_root failed"
 	$B echo "VMHARNESS-EXIT=125"
@@ -37,6 +39,7 @@ export HOME=/root
 $B mkdir -p /usr/bin /usr/sbin /sbin /root
 $B --install -s /bin 2>/dev/null
 
+# shellcheck disable=SC1091
 . /harness/config
 
 log() { [ "${VMH_QUIET:-0}" = 1 ] || echo "[vmharness] $*"; }
@@ -47,11 +50,10 @@ fail() {
 	sleep 10
 }
 
-log "stage2 up ($(cut -d' ' -f1 /proc/uptime 2>/dev/null || echo ?)s since kernel start)"
-
 mkdir -p /proc /sys /dev /tmp /run /var/lib /var/log /etc
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
+log "stage2 up ($(cut -d' ' -f1 /proc/uptime)s since kernel start)"
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm /dev/mqueue
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts
@@ -106,7 +108,37 @@ if [ "${VMH_CONTAINERD:-0}" = 1 ]; then
 	if grep -qw overlay /proc/filesystems; then snap=overlayfs; fi
 	export CONTAINERD_SNAPSHOTTER=$snap
 	mkdir -p /etc/containerd /var/lib/containerd /run/containerd /opt/cni/bin /etc/cni/net.d
-	cat >/etc/containerd/config.toml <<EOF
+	ctdver=$(containerd --version 2>/dev/null | cut -d' ' -f3)
+	case "$ctdver" in
+	v1.* | 1.*)
+		# Debian fallback (containerd 1.6): config format version 2.
+		cat >/etc/containerd/config.toml <<EOF
+version = 2
+root = '/var/lib/containerd'
+state = '/run/containerd'
+
+[grpc]
+  address = '/run/containerd/containerd.sock'
+
+[plugins]
+  [plugins.'io.containerd.grpc.v1.cri']
+    sandbox_image = 'localhost/resize-agent/pause:latest'
+    disable_tcp_service = true
+    [plugins.'io.containerd.grpc.v1.cri'.containerd]
+      snapshotter = '$snap'
+      default_runtime_name = 'runc'
+      [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc]
+        runtime_type = 'io.containerd.runc.v2'
+        [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc.options]
+          BinaryName = '/usr/local/bin/runc'
+          SystemdCgroup = false
+    [plugins.'io.containerd.grpc.v1.cri'.cni]
+      bin_dir = '/opt/cni/bin'
+      conf_dir = '/etc/cni/net.d'
+EOF
+		;;
+	*)
+		cat >/etc/containerd/config.toml <<EOF
 version = 3
 root = '/var/lib/containerd'
 state = '/run/containerd'
@@ -136,7 +168,9 @@ state = '/run/containerd'
   [plugins.'io.containerd.grpc.v1.cri']
     disable_tcp_service = true
 EOF
-	log "starting containerd ($(containerd --version 2>/dev/null | cut -d' ' -f3)), snapshotter $snap"
+		;;
+	esac
+	log "starting containerd ($ctdver), snapshotter $snap"
 	containerd --config /etc/containerd/config.toml >/var/log/containerd.log 2>&1 &
 	echo $! >/run/containerd.pid
 	i=0
@@ -158,6 +192,7 @@ EOF
 		}
 	done
 	log "images: $(ctr -n k8s.io images ls -q | tr '\n' ' ')"
+	printf 'runtime-endpoint: unix:///run/containerd/containerd.sock\nimage-endpoint: unix:///run/containerd/containerd.sock\ntimeout: 60\n' >/etc/crictl.yaml
 	export CONTAINERD_ADDRESS=/run/containerd/containerd.sock
 	export CONTAINERD_NAMESPACE=k8s.io
 	export CONTAINER_RUNTIME_ENDPOINT=unix:///run/containerd/containerd.sock
@@ -165,6 +200,7 @@ EOF
 fi
 
 # Extra environment from vm.sh --env.
+# shellcheck disable=SC1091
 [ -f /harness/env ] && . /harness/env
 export VMHARNESS=1
 
@@ -178,6 +214,7 @@ cd /
 # Send collected directories back over virtio-serial ports named
 # vmharness.collect<N> (host side: a chardev file per port).
 n=0
+gdir=""
 while [ "$n" -lt "${VMH_NCOLLECT:-0}" ]; do
 	eval "gdir=\$VMH_COLLECT_$n"
 	dev=""

@@ -19,6 +19,7 @@
 #
 # See test/vm/README.md for details.
 set -euo pipefail
+shopt -s extglob
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${VM_CACHE:-/var/cache/resize-agent-vm}
@@ -29,8 +30,10 @@ RUNTIME_SOURCE=${VM_RUNTIME_SOURCE:-auto}
 KVM_PROBE_TIMEOUT=${VM_KVM_PROBE_TIMEOUT:-20}
 
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
-export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
-export GOFLAGS=${GOFLAGS:--buildvcs=false}
+# The Go builds below are host-native builds in throw-away modules: do not
+# inherit a caller's cross-compilation, workspace or module-mode settings.
+export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false GOWORK=off GOOS=linux GOARCH=amd64
+unset GOAMD64 GOEXPERIMENT
 
 msg() { echo "[vm.sh] $*" >&2; }
 die() {
@@ -55,7 +58,7 @@ apt_update_once() {
 	fi
 }
 
-HOST_PACKAGES=(qemu-system-x86 busybox-static cpio kmod gcc libc6-dev libseccomp-dev pkg-config ca-certificates)
+HOST_PACKAGES=(qemu-system-x86 busybox-static cpio kmod xz-utils binutils gcc libc6-dev libseccomp-dev pkg-config ca-certificates)
 ensure_host_packages() {
 	local missing=() p
 	for p in "${HOST_PACKAGES[@]}"; do
@@ -83,8 +86,38 @@ ensure_host_packages() {
 GUEST_MODULES=(overlay virtio_pci virtio_console)
 KDIR=$CACHE/kernel
 
+# QEMU can boot the uncompressed ELF vmlinux through its PVH entry point
+# (CONFIG_PVH=y in Debian's kernel). That skips the bzImage's xz
+# decompression, which takes ~2.5 s under TCG.
+extract_vmlinux() {
+	local off
+	[[ -f $KDIR/vmlinux || -f $KDIR/vmlinux.failed ]] && return
+	rm -f "$KDIR/vmlinux.tmp"
+	off=$(LC_ALL=C grep -abo $'\xfd7zXZ\x00' "$KDIR/vmlinuz" | head -1 | cut -d: -f1 || true)
+	if [[ -n $off ]] && command -v xz >/dev/null; then
+		# xz complains about the data after the stream; the ELF is checked below.
+		tail -c +$((off + 1)) "$KDIR/vmlinuz" | xz -dc >"$KDIR/vmlinux.tmp" 2>/dev/null || true
+	fi
+	if [[ -s $KDIR/vmlinux.tmp && $(head -c 4 "$KDIR/vmlinux.tmp" | od -An -tx1 | tr -d ' ') == 7f454c46 ]] &&
+		readelf -n "$KDIR/vmlinux.tmp" 2>/dev/null | grep -q 'Xen'; then
+		mv "$KDIR/vmlinux.tmp" "$KDIR/vmlinux"
+	else
+		rm -f "$KDIR/vmlinux.tmp"
+		touch "$KDIR/vmlinux.failed"
+		msg "note: could not extract an ELF vmlinux with a PVH note; booting the bzImage"
+	fi
+}
+
+# The kernel image qemu boots.
+boot_kernel() {
+	if [[ -f $KDIR/vmlinux && ${VM_BOOT_BZIMAGE:-0} != 1 ]]; then echo "$KDIR/vmlinux"; else echo "$KDIR/vmlinuz"; fi
+}
+
 ensure_kernel() {
-	if [[ -f $KDIR/ready && -f $KDIR/vmlinuz ]]; then return; fi
+	if [[ -f $KDIR/ready && -f $KDIR/vmlinuz ]]; then
+		extract_vmlinux
+		return
+	fi
 	apt_update_once
 	local pkg
 	pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
@@ -92,6 +125,7 @@ ensure_kernel() {
 	msg "fetching $pkg"
 	rm -rf "$KDIR.tmp"
 	mkdir -p "$KDIR.tmp/deb"
+	chown _apt "$KDIR.tmp/deb" 2>/dev/null || true
 	(cd "$KDIR.tmp/deb" && apt-get download "$pkg" >&2) || die "apt-get download $pkg failed"
 	dpkg-deb -x "$KDIR.tmp/deb"/*.deb "$KDIR.tmp/x"
 	local kver
@@ -100,7 +134,7 @@ ensure_kernel() {
 	depmod -b "$KDIR.tmp/x" "$kver"
 	local mdir=$KDIR.tmp/x/lib/modules/$kver
 	# Resolve each wanted module and its dependencies into load order.
-	local order=() seen=" " m path deps d
+	local order=() seen=" " m path d
 	resolve() { # $1 = module path relative to $mdir
 		local p=$1 dd
 		[[ $seen == *" $p "* ]] && return
@@ -130,6 +164,7 @@ ensure_kernel() {
 	rm -rf "$KDIR"
 	mv "$KDIR.tmp" "$KDIR"
 	touch "$KDIR/ready"
+	extract_vmlinux
 	msg "kernel $kver ready (modules: ${order[*]})"
 }
 
@@ -210,14 +245,15 @@ build_debian_runtime() { # outdir
 	rm -rf "$d"
 	mkdir -p "$d/deb" "$out"
 	msg "fetching Debian containerd + runc packages (fallback)"
+	chown _apt "$d/deb" 2>/dev/null || true # silences apt's "unsandboxed" warning
 	(cd "$d/deb" && apt-get download containerd runc >&2) || return 1
-	for f in "$d"/deb/*.deb; do dpkg-deb -x "$f" "$d/x"; done
-	cp "$d/x/usr/bin/containerd" "$d/x/usr/bin/containerd-shim-runc-v2" "$d/x/usr/bin/ctr" "$out/"
-	cp "$d/x/usr/sbin/runc" "$out/runc"
+	local f bin
+	for f in "$d"/deb/*.deb; do dpkg-deb -x "$f" "$d/x" || return 1; done
+	cp "$d/x/usr/bin/containerd" "$d/x/usr/bin/containerd-shim-runc-v2" "$d/x/usr/bin/ctr" "$out/" || return 1
+	cp "$d/x/usr/sbin/runc" "$out/runc" || return 1
 	mkdir -p "$out/libroot"
-	local bin
 	for bin in "$out"/containerd "$out"/containerd-shim-runc-v2 "$out"/ctr "$out"/runc; do
-		copy_libs "$bin" "$out/libroot"
+		copy_libs "$bin" "$out/libroot" || return 1
 	done
 	echo "debian containerd=$(dpkg-deb -f "$d"/deb/containerd_*.deb Version) runc=$(dpkg-deb -f "$d"/deb/runc_*.deb Version)" >"$out/SOURCE"
 }
@@ -233,7 +269,7 @@ ensure_runtime() {
 		key=debian
 	fi
 	if [[ ! -f $RT/$key/ready ]]; then
-		rm -rf "$RT/$key"
+		rm -rf "${RT:?}/$key"
 		if [[ $key == debian ]]; then
 			build_debian_runtime "$RT/$key" || die "fetching Debian containerd/runc failed"
 		elif build_gomod_runtime "$RT/$key"; then
@@ -241,7 +277,7 @@ ensure_runtime() {
 		elif [[ $RUNTIME_SOURCE == auto ]]; then
 			msg "WARNING: building containerd/runc from the Go module proxy failed; falling back to Debian's containerd 1.6 + runc 1.1"
 			touch "$RT/$key.failed"
-			rm -rf "$RT/$key"
+			rm -rf "${RT:?}/$key"
 			key=debian
 			[[ -f $RT/$key/ready ]] || build_debian_runtime "$RT/$key" || die "fetching Debian containerd/runc failed"
 		else
@@ -265,7 +301,7 @@ ensure_images() {
 	rm -rf "$IMG"
 	mkdir -p "$IMG/tools"
 	(cd "$HERE" && go build -o "$IMG/tools/ociimage" ./ociimage) >&2 ||
-		(cd "$HERE/ociimage" && GO111MODULE=off GOFLAGS= go build -o "$IMG/tools/ociimage" main.go) >&2 ||
+		(cd "$HERE/ociimage" && GO111MODULE=off GOFLAGS='' go build -o "$IMG/tools/ociimage" main.go) >&2 ||
 		die "building test/vm/ociimage failed"
 	gcc -static -Os -s -o "$IMG/tools/pause" "$HERE/pause.c" || die "gcc -static pause.c failed"
 
@@ -348,14 +384,24 @@ ensure_cpios() {
 	fi
 }
 
+# Serialise cache updates between concurrent vm.sh invocations.
+lock_cache() {
+	mkdir -p "$CACHE"
+	exec {CACHE_LOCK_FD}>"$CACHE/.lock"
+	flock "$CACHE_LOCK_FD"
+}
+unlock_cache() { exec {CACHE_LOCK_FD}>&-; }
+
 cmd_prepare() {
 	local t0
 	t0=$(now)
+	lock_cache
 	ensure_host_packages
 	ensure_kernel
 	ensure_runtime
 	ensure_images
 	ensure_cpios
+	unlock_cache
 	msg "prepare done in $(elapsed "$t0" "$(now)")s (cache $CACHE; runtime: $(cat "$RUNTIME_DIR/SOURCE"))"
 }
 
@@ -363,9 +409,11 @@ cmd_prepare() {
 ensure_prepared() {
 	if [[ -f $KDIR/ready && -f $IMG/ready && -f $CP/base.cpio && -f $CP/containerd.cpio && -f $CP/probe.cpio ]] &&
 		command -v qemu-system-x86_64 >/dev/null; then
+		lock_cache
 		ensure_runtime
 		ensure_images
 		ensure_cpios
+		unlock_cache
 		return
 	fi
 	cmd_prepare
@@ -379,11 +427,17 @@ probe_kvm() {
 	local d log pid i ok=1
 	d=$(mktemp -d "${TMPDIR:-/tmp}/vmprobe.XXXXXX")
 	log=$d/console
-	qemu-system-x86_64 -accel kvm -cpu host -m 256M -smp 1 \
-		-kernel "$KDIR/vmlinuz" -initrd "$CP/probe.cpio" \
-		-append "console=ttyS0 loglevel=3 panic=-1 rdinit=/init" \
-		-nographic -nic none -no-reboot </dev/null >"$log" 2>&1 &
-	pid=$!
+	# The wrapper subshell keeps bash's "Aborted"/"Killed" job notices in $log.
+	(
+		qemu-system-x86_64 -accel kvm -cpu host -m 256M -smp 1 \
+			-kernel "$(boot_kernel)" -initrd "$CP/probe.cpio" \
+			-append "console=ttyS0 loglevel=3 panic=-1 rdinit=/init" \
+			-nographic -nic none -no-reboot </dev/null &
+		echo $! >"$d/pid"
+		wait $!
+	) >"$log" 2>&1 &
+	for ((i = 0; i < 50; i++)); do [[ -s $d/pid ]] && break; sleep 0.02; done
+	pid=$(cat "$d/pid" 2>/dev/null || echo "$!")
 	for ((i = 0; i < KVM_PROBE_TIMEOUT * 10; i++)); do
 		if grep -q VMHARNESS-PROBE-OK "$log" 2>/dev/null; then
 			ok=0
@@ -423,6 +477,38 @@ cmd_accel() {
 # ---------------------------------------------------------------------------
 # run
 # ---------------------------------------------------------------------------
+# Console filter (awk; see cmd_run). Files under w: console.log (everything),
+# booted (host time of the first init line), status, setupfailed.
+# shellcheck disable=SC2016
+CONSOLE_AWK='
+{
+	gsub(/\r/, "")
+	if (!booted) gsub(/\033(c|\[[0-9;?]*[A-Za-z])/, "")
+	print > (w "/console.log")
+	if (clog != "") { print > clog; fflush(clog) }
+	if (!booted && index($0, "VMHARNESS-INIT")) {
+		booted = 1
+		cmd = "date +%s.%N"; cmd | getline tb; close(cmd)
+		print tb > (w "/booted"); close(w "/booted")
+		printf "[vm.sh] guest init started: boot took %.1fs (%s)\n", tb - t0, info > "/dev/stderr"
+		fflush("/dev/stderr")
+		if (quiet) next
+	}
+	if (match($0, /VMHARNESS-EXIT=[0-9]+$/)) {
+		print substr($0, RSTART + 15) > (w "/status"); close(w "/status")
+	}
+	if (index($0, "VMHARNESS-SETUP-FAILED: ") == 1) {
+		print substr($0, 25) > (w "/setupfailed"); close(w "/setupfailed")
+	}
+	if (quiet) {
+		if (!booted) next
+		if ($0 ~ /^\[ *[0-9]+\.[0-9]+\] /) next
+		if (index($0, "[vmharness] ") == 1 && $0 !~ /ERROR|warning/) next
+	}
+	print
+	fflush()
+}'
+
 squote() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 
 usage() {
@@ -469,7 +555,7 @@ cmd_run() {
 
 	local work
 	work=$(mktemp -d "${TMPDIR:-/tmp}/vmrun.XXXXXX")
-	QEMU_PID=""
+	WATCHDOG_PID=""
 	# shellcheck disable=SC2064
 	trap "cleanup_run '$work'" EXIT
 	trap 'exit 130' INT TERM
@@ -482,6 +568,14 @@ cmd_run() {
 	for p in "${payloads[@]}"; do
 		cp -al "$p/." "$s/payload/" 2>/dev/null || cp -a "$p/." "$s/payload/"
 	done
+	# The guest has no libc: bring the shared libraries (and the dynamic
+	# loader) of dynamically linked payload executables, as ldd sees them here.
+	local f
+	while IFS= read -r -d '' f; do
+		[[ $(head -c 4 "$f" | od -An -tx1 | tr -d ' \n') == 7f454c46 ]] || continue
+		readelf -l "$f" 2>/dev/null | grep -q 'Requesting program interpreter' || continue
+		copy_libs "$f" "$s"
+	done < <(find "$s/payload" -type f -perm -u+x -print0)
 	{
 		echo "VMH_CONTAINERD=$containerd"
 		echo "VMH_CONTAINERD_LOG=$ctd_log"
@@ -507,12 +601,13 @@ cmd_run() {
 	fi
 
 	local qemu=(qemu-system-x86_64 -m "$mem" -smp "$cpus"
-		-kernel "$KDIR/vmlinuz" -initrd "$work/initrd"
-		-append "console=ttyS0 loglevel=3 panic=-1 rdinit=/init mitigations=off tsc=reliable"
+		-kernel "$(boot_kernel)" -initrd "$work/initrd"
+		-append "console=ttyS0 loglevel=3 panic=-1 rdinit=/init edd=off mitigations=off tsc=reliable ${VM_KERNEL_ARGS:-}"
 		-nographic -nic none -no-reboot)
 	if [[ $ACCEL == kvm ]]; then
 		qemu+=(-accel kvm -cpu host)
 	else
+		# shellcheck disable=SC2054 # commas are qemu's
 		qemu+=(-accel tcg,thread=multi -cpu max)
 	fi
 	if ((${#collects[@]})); then
@@ -524,65 +619,59 @@ cmd_run() {
 		done
 	fi
 
-	mkfifo "$work/console"
 	[[ -n $console_log ]] && : >"$console_log"
-	local t0 tboot="" tend line status="" booted=0 timed_out=0 setup_failed="" rc
+	local t0 tboot="" tend status="" booted=0 setup_failed=""
 	t0=$(now)
-	"${qemu[@]}" </dev/null >"$work/console" 2>"$work/qemu.err" &
-	QEMU_PID=$!
-	exec {CONSOLE_FD}<"$work/console"
-	local deadline=$((SECONDS + timeout)) remaining
-	while :; do
-		remaining=$((deadline - SECONDS))
-		if ((remaining <= 0)); then
-			timed_out=1
-			break
-		fi
-		line=""
-		if IFS= read -r -t "$remaining" -u "$CONSOLE_FD" line; then
-			:
-		else
-			rc=$?
-			if ((rc > 128)); then
-				timed_out=1
-				break
+	# Watchdog: kills qemu at the deadline (and ends soon after qemu does).
+	(
+		end=$(($(date +%s) + timeout))
+		for ((i = 0; i < 250; i++)); do [[ -s $work/qemu.pid ]] && break; sleep 0.02; done
+		qp=$(cat "$work/qemu.pid" 2>/dev/null) || exit 0
+		while kill -0 "$qp" 2>/dev/null; do
+			if (($(date +%s) >= end)); then
+				: >"$work/timedout"
+				kill -9 "$qp" 2>/dev/null
+				exit 0
 			fi
-			[[ -n $line ]] || break # EOF: qemu exited
-		fi
-		line=${line//$'\r'/}
-		[[ -n $console_log ]] && printf '%s\n' "$line" >>"$console_log"
-		if ((!booted)) && [[ $line == *VMHARNESS-INIT* ]]; then
-			booted=1
-			tboot=$(now)
-			msg "guest init started: boot took $(elapsed "$t0" "$tboot")s (accel $ACCEL, ${cpus} cpus, $mem)"
-			((quiet)) && continue
-		fi
-		if [[ $line =~ VMHARNESS-EXIT=([0-9]+)$ ]]; then
-			status=${BASH_REMATCH[1]}
-		fi
-		[[ $line == VMHARNESS-SETUP-FAILED:* ]] && setup_failed=${line#VMHARNESS-SETUP-FAILED: }
-		if ((quiet)); then
-			((booted)) || continue
-			[[ $line =~ ^\[\ *[0-9]+\.[0-9]+\]\  ]] && continue
-			[[ $line == "[vmharness] "* && $line != *ERROR* && $line != *warning* ]] && continue
-		fi
-		printf '%s\n' "$line"
-	done
-	exec {CONSOLE_FD}<&-
+			sleep 0.2
+		done
+	) &
+	WATCHDOG_PID=$!
+	# The console goes through awk (a bash read loop manages only ~100 KB/s):
+	# strip CRs, keep a full log, spot the markers, apply --quiet.
+	local awk=(awk)
+	awk -W version 2>&1 | grep -q mawk && awk=(awk -W interactive)
+	(
+		"${qemu[@]}" &
+		echo $! >"$work/qemu.pid"
+		wait $!
+	) </dev/null 2>"$work/qemu.err" |
+		"${awk[@]}" -v t0="$t0" -v quiet="$quiet" -v w="$work" -v clog="$console_log" \
+			-v info="accel $ACCEL, $cpus cpus, $mem" "$CONSOLE_AWK" || true
+	for ((i = 0; i < 250; i++)); do [[ -s $work/qemu.pid ]] && break; sleep 0.02; done
+	QEMU_PID=$(cat "$work/qemu.pid" 2>/dev/null || true)
+	kill -0 "$QEMU_PID" 2>/dev/null && sleep 0.2
+	kill -9 "$QEMU_PID" 2>/dev/null || true
+	rm -f "$work/qemu.pid"
+	wait "$WATCHDOG_PID" 2>/dev/null || true
+	QEMU_PID=""
+	WATCHDOG_PID=""
 	tend=$(now)
-	if ((timed_out)); then
-		kill -9 "$QEMU_PID" 2>/dev/null || true
-		wait "$QEMU_PID" 2>/dev/null || true
-		QEMU_PID=""
+	[[ -s $work/booted ]] && booted=1 && tboot=$(cat "$work/booted")
+	[[ -s $work/status ]] && status=$(cat "$work/status")
+	[[ -s $work/setupfailed ]] && setup_failed=$(cat "$work/setupfailed")
+	if [[ -e $work/timedout ]]; then
+		if ((quiet)); then
+			msg "last console lines:"
+			tail -n 20 "$work/console.log" | sed 's/^/[console] /' >&2
+		fi
 		if ((!booted)); then
 			msg "######## VM did not boot: timed out after $timeout s (accel $ACCEL) ########"
 		else
 			msg "######## timed out after $timeout s (accel $ACCEL) ########"
 		fi
-		return 124
+		exit 124
 	fi
-	wait "$QEMU_PID" 2>/dev/null || true
-	QEMU_PID=""
 
 	for i in "${!collects[@]}"; do
 		local hdir=${collects[$i]#*:}
@@ -595,25 +684,33 @@ cmd_run() {
 		fi
 	done
 
-	if ((!booted)); then
-		msg "######## VM did not boot (qemu exited after $(elapsed "$t0" "$tend")s) ########"
+	if ((!booted)) || [[ -z $status ]]; then
+		local panic
+		panic=$(grep -m1 'Kernel panic' "$work/console.log" || true)
+		if ((quiet)); then
+			msg "last console lines:"
+			tail -n 40 "$work/console.log" | sed 's/^/[console] /' >&2
+		fi
 		[[ -s $work/qemu.err ]] && sed 's/^/[qemu] /' "$work/qemu.err" >&2
-		return 125
-	fi
-	if [[ -z $status ]]; then
-		msg "######## VM died without reporting an exit status (kernel panic or init crash?) after $(elapsed "$t0" "$tend")s ########"
-		[[ -s $work/qemu.err ]] && sed 's/^/[qemu] /' "$work/qemu.err" >&2
-		return 125
+		if ((!booted)); then
+			msg "######## VM did not boot (qemu exited after $(elapsed "$t0" "$tend")s)${panic:+: $panic} ########"
+		else
+			msg "######## VM died without reporting an exit status after $(elapsed "$t0" "$tend")s: ${panic:-kernel panic or init crash?} ########"
+		fi
+		exit 125
 	fi
 	[[ -n $setup_failed ]] && msg "######## guest setup failed: $setup_failed ########"
 	msg "exit status $status; total $(elapsed "$t0" "$tend")s (boot $(elapsed "$t0" "$tboot")s, accel $ACCEL)"
-	return "$status"
+	exit "$status"
 }
 
 cleanup_run() {
-	if [[ -n ${QEMU_PID:-} ]]; then
-		kill -9 "$QEMU_PID" 2>/dev/null || true
-		wait "$QEMU_PID" 2>/dev/null || true
+	if [[ -s $1/qemu.pid ]]; then
+		kill -9 "$(cat "$1/qemu.pid")" 2>/dev/null || true
+	fi
+	if [[ -n ${WATCHDOG_PID:-} ]]; then
+		kill "$WATCHDOG_PID" 2>/dev/null || true
+		wait "$WATCHDOG_PID" 2>/dev/null || true
 	fi
 	if [[ ${VM_KEEP:-0} == 1 ]]; then
 		msg "kept $1"
@@ -629,11 +726,7 @@ main() {
 	shift
 	case $sub in
 	prepare) cmd_prepare ;;
-	run)
-		local rc=0
-		cmd_run "$@" || rc=$?
-		exit "$rc"
-		;;
+	run) cmd_run "$@" ;;
 	accel) cmd_accel ;;
 	clean) rm -rf "$CACHE" ;;
 	-h | --help | help) usage ;;
