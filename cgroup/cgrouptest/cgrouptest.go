@@ -94,7 +94,7 @@ func Real(t testing.TB) (mountpoint, path string) {
 	}
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
 	path = fmt.Sprintf("%s/%s-%d", parent, name, time.Now().UnixNano())
-	if err := os.Mkdir(filepath.Join(mountpoint, path), 0o755); err != nil {
+	if err := mkCgroup(mountpoint, path); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { Remove(t, mountpoint, path) })
@@ -113,6 +113,9 @@ func Child(t testing.TB, mountpoint, parent, name string) string {
 	return p
 }
 
+// mkCgroup creates p with the cpu and memory controllers, enabling them in
+// its parent. It leaves p's own subtree_control alone: a cgroup that
+// delegates controllers may hold no processes.
 func mkCgroup(mountpoint, p string) error {
 	parent := filepath.Dir(filepath.Join(mountpoint, p))
 	if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+cpu +memory"), 0); err != nil {
@@ -121,7 +124,7 @@ func mkCgroup(mountpoint, p string) error {
 	if err := os.Mkdir(filepath.Join(mountpoint, p), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	return os.WriteFile(filepath.Join(mountpoint, p, "cgroup.subtree_control"), []byte("+cpu +memory"), 0)
+	return nil
 }
 
 // Remove kills what runs in the cgroup p and removes it and its children;
