@@ -576,6 +576,9 @@ func (a *Agent) write(j *applyJob) applyResult {
 		out.applied[s.path] = append(out.applied[s.path], s.resource.Values()...)
 	}
 	out.msg = fmt.Sprintf("%d cgroup step(s) written and verified", len(steps))
+	if out.via != "cgroup" {
+		out.msg = fmt.Sprintf("%d step(s) applied, the container's through the runtime (CRI UpdateContainerResources), and verified on the cgroup files", len(steps))
+	}
 	if len(notes) > 0 {
 		out.msg += "; " + strings.Join(notes, "; ")
 	}

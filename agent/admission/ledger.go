@@ -76,18 +76,21 @@ func (l *Ledger) Check(key string, req Capacity) Decision {
 
 func (l *Ledger) check(key string, req Capacity) Decision {
 	cur := l.alloc[key]
-	others := l.allocatedLocked().sub(cur)
-	free := l.allocatable.sub(others)
+	free := l.allocatable.sub(l.allocatedLocked())
 	var infeasible, deferred []string
+	// The container may grow into what is free plus what it holds already.
 	probe := func(name string, asked, held, free, alloc int64, format func(int64) string) {
 		if asked <= held {
 			return // not growing
 		}
 		msg := fmt.Sprintf("%s: requested %s, free %s, allocatable %s", name, format(asked), format(max(free, 0)), format(alloc))
+		if held > 0 {
+			msg += fmt.Sprintf(" (the container holds %s)", format(held))
+		}
 		switch {
 		case asked > alloc:
 			infeasible = append(infeasible, msg)
-		case asked > free:
+		case asked > free+held:
 			deferred = append(deferred, msg)
 		}
 	}

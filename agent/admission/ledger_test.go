@@ -28,7 +28,7 @@ func TestReserve(t *testing.T) {
 		{"c", admission.Capacity{Memory: 9 * gi}, admission.Infeasible, "memory: requested 9Gi, free 2Gi, allocatable 8Gi"},
 		// Growing in place counts only the growth against what is free.
 		{"a", admission.Capacity{MilliCPU: 2500, Memory: 4 * gi}, admission.Fit, ""},
-		{"a", admission.Capacity{MilliCPU: 2600, Memory: 4 * gi}, admission.Deferred, "cpu: requested 2600m, free 2500m"},
+		{"a", admission.Capacity{MilliCPU: 2600, Memory: 4 * gi}, admission.Deferred, "cpu: requested 2600m, free 0, allocatable 4 (the container holds 2500m)"},
 		// A shrink always fits, even when the node is over-committed.
 		{"b", admission.Capacity{MilliCPU: 100, Memory: 1 * gi}, admission.Fit, ""},
 		{"c", admission.Capacity{MilliCPU: 1000}, admission.Fit, ""},
