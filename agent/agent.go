@@ -19,6 +19,7 @@ import (
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -57,6 +58,10 @@ func WithCPUPeriod(p uint64) Option { return func(a *Agent) { a.period = p } }
 // pod UID and name, or container ID) through it.
 func WithRuntime(rt Runtime) Option { return func(a *Agent) { a.rt = rt } }
 
+// WithPressure makes the container listing show the latest pressure from
+// these sources, first source first.
+func WithPressure(src ...pressure.Source) Option { return func(a *Agent) { a.pressure = src } }
+
 // WithHistory sets how many terminal intents are kept for get and list.
 func WithHistory(n int) Option { return func(a *Agent) { a.history = n } }
 
@@ -65,14 +70,15 @@ func WithClock(now func() time.Time) Option { return func(a *Agent) { a.now = no
 
 // Agent is safe for concurrent use.
 type Agent struct {
-	cg      Cgroups
-	rt      Runtime
-	ledger  *admission.Ledger
-	log     *slog.Logger
-	metrics *metrics.Metrics
-	period  uint64
-	history int
-	now     func() time.Time
+	cg       Cgroups
+	rt       Runtime
+	pressure []pressure.Source
+	ledger   *admission.Ledger
+	log      *slog.Logger
+	metrics  *metrics.Metrics
+	period   uint64
+	history  int
+	now      func() time.Time
 
 	hub     *hub
 	workers sync.WaitGroup
@@ -915,6 +921,7 @@ type ContainerInfo struct {
 	Allocated     admission.Capacity `json:"allocated"`
 	Cgroup        *CgroupValues      `json:"cgroup,omitempty"`
 	CgroupError   string             `json:"cgroupError,omitempty"`
+	Pressure      *pressure.Summary  `json:"pressure,omitempty"`
 	PendingIntent string             `json:"pendingIntent,omitempty"`
 	LastIntent    string             `json:"lastIntent,omitempty"`
 	QOSClass      corev1.PodQOSClass `json:"qosClass"`
@@ -953,6 +960,20 @@ func (a *Agent) Containers() []ContainerInfo {
 			mem = fmt.Sprint(s.MemoryMax)
 		}
 		out[i].Cgroup = &CgroupValues{CPUMax: s.CPUMax.String(), CPUWeight: s.CPUWeight, MemoryMax: mem, MemoryCurrent: s.MemoryCurrent}
+		if len(a.pressure) > 0 {
+			out[i].Pressure = pressure.Summarize(out[i].CgroupPath, a.pressure)
+		}
+	}
+	return out
+}
+
+// Targets lists the managed containers for the pressure collector.
+func (a *Agent) Targets() []pressure.Target {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]pressure.Target, 0, len(a.containers))
+	for _, c := range a.containers {
+		out = append(out, pressure.Target{Name: c.name, PodUID: c.podUID, Cgroup: c.cgroup})
 	}
 	return out
 }

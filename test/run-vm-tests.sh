@@ -14,7 +14,9 @@ mkdir -p "$payload/bin" "$payload/tests"
 
 # Packages whose tests exercise the kernel. Static binaries: the guest has
 # no libc.
-pkgs=(./cgroup ./test/integration ./cmd/resize-agent)
+# VM_TEST_PKGS overrides the list, e.g. VM_TEST_PKGS="./cgroup" for a quick run.
+read -r -a pkgs <<<"${VM_TEST_PKGS:-./cgroup ./agent/pressure ./bpf ./test/integration ./cmd/resize-agent}"
+for i in "${!pkgs[@]}"; do [[ -d ${pkgs[$i]} ]] || unset 'pkgs[i]'; done
 for p in "${pkgs[@]}"; do
 	name=$(echo "${p#./}" | tr / _)
 	CGO_ENABLED=0 go test -c -trimpath -o "$payload/tests/$name.test" "$p"
@@ -24,4 +26,4 @@ cp test/vm-tests-guest.sh "$payload/run-tests.sh"
 
 test/vm/vm.sh prepare
 exec test/vm/vm.sh run --payload "$payload" --containerd --mem 2G --cpus 2 --timeout 900 \
-	--env RESIZE_AGENT_REQUIRE_CGROUP2=1 -- sh /payload/run-tests.sh
+	--env RESIZE_AGENT_REQUIRE_CGROUP2=1 --env RESIZE_AGENT_REQUIRE_BPF=1 -- sh /payload/run-tests.sh

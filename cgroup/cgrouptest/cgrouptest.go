@@ -216,3 +216,26 @@ func CPURate(t testing.TB, mountpoint, p string, d time.Duration) float64 {
 	u1, t1 := CPUUsage(t, mountpoint, p), time.Now()
 	return float64(u1-u0) / float64(t1.Sub(t0))
 }
+
+// FakePressure writes PSI, cpu.stat and memory.events files into a
+// FakeTree cgroup.
+func FakePressure(t testing.TB, root, p string, cpuSomeUsec, throttled, oomKills uint64) {
+	t.Helper()
+	psi := func(some uint64) string {
+		return fmt.Sprintf("some avg10=1.50 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.50 avg60=0.00 avg300=0.00 total=%d\n", some, some/2)
+	}
+	SetFile(t, root, p, "cpu.pressure", psi(cpuSomeUsec))
+	SetFile(t, root, p, "memory.pressure", psi(cpuSomeUsec/10))
+	SetFile(t, root, p, "io.pressure", psi(0))
+	SetFile(t, root, p, "cpu.stat", fmt.Sprintf("usage_usec 5000\nuser_usec 4000\nsystem_usec 1000\nnr_periods 100\nnr_throttled %d\nthrottled_usec %d\n", throttled, throttled*1000))
+	SetFile(t, root, p, "memory.events", fmt.Sprintf("low 0\nhigh 0\nmax 3\noom %d\noom_kill %d\noom_group_kill 0\n", oomKills, oomKills))
+	SetFile(t, root, p, "memory.stat", "anon 0\nfile 0\n")
+}
+
+// StartBusy starts a shell busy loop in the cgroup p (busybox or any sh).
+func StartBusy(t testing.TB, mountpoint, p string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	StartIn(t, mountpoint, p, cmd)
+	return cmd
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/api"
 	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -64,8 +65,15 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		cancel()
 		agentOpts = append(agentOpts, agent.WithRuntime(rt))
 	}
+	sources, closeSources, err := pressureSources(o, cg, log)
+	if err != nil {
+		return err
+	}
+	defer closeSources()
+	agentOpts = append(agentOpts, agent.WithPressure(sources...))
 	a := agent.New(cg, admission.NewLedger(alloc), agentOpts...)
 	metrics.RegisterNode(reg, a)
+	reg.MustRegister(pressure.NewCollector(a.Targets, sources...))
 
 	var ready atomic.Bool
 	mux := api.NewHandler(a)

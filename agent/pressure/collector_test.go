@@ -1,0 +1,54 @@
+package pressure_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/resizer/resize-agent/agent/pressure"
+	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+)
+
+func TestCollectorFiles(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/pod/web")
+	cgrouptest.FakePressure(t, root, "/pod/web", 2500000, 7, 2)
+	cg := cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())
+	c := pressure.NewCollector(func() []pressure.Target {
+		return []pressure.Target{{Name: "web", PodUID: "u1", Cgroup: "/pod/web"}, {Name: "gone", Cgroup: "/pod/gone"}}
+	}, pressure.Files{CG: cg})
+	want := `
+# HELP container_cpu_cfs_throttled_periods_total Number of throttled period intervals (cpu.stat nr_throttled).
+# TYPE container_cpu_cfs_throttled_periods_total counter
+container_cpu_cfs_throttled_periods_total{container="web",id="/pod/web",pod_uid="u1"} 7
+# HELP container_cpu_cfs_throttled_seconds_total Total time duration the container has been throttled (cpu.stat throttled_usec).
+# TYPE container_cpu_cfs_throttled_seconds_total counter
+container_cpu_cfs_throttled_seconds_total{container="web",id="/pod/web",pod_uid="u1"} 0.007
+# HELP container_oom_events_total Count of out of memory kills of the container's processes.
+# TYPE container_oom_events_total counter
+container_oom_events_total{container="web",id="/pod/web",pod_uid="u1",source="psi"} 2
+# HELP container_pressure_cpu_waiting_seconds_total Total time some of the container's tasks were stalled on cpu (PSI some).
+# TYPE container_pressure_cpu_waiting_seconds_total counter
+container_pressure_cpu_waiting_seconds_total{container="web",id="/pod/web",pod_uid="u1"} 2.5
+# HELP container_pressure_memory_stalled_seconds_total Total time all of the container's tasks were stalled on memory (PSI full).
+# TYPE container_pressure_memory_stalled_seconds_total counter
+container_pressure_memory_stalled_seconds_total{container="web",id="/pod/web",pod_uid="u1"} 0.125
+# HELP resize_agent_pressure_read_errors Pressure reads that failed at the last scrape, by source.
+# TYPE resize_agent_pressure_read_errors gauge
+resize_agent_pressure_read_errors{source="psi"} 1
+# HELP resize_agent_pressure_source_info The pressure sources in use (1 each).
+# TYPE resize_agent_pressure_source_info gauge
+resize_agent_pressure_source_info{source="psi"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"container_cpu_cfs_throttled_periods_total", "container_cpu_cfs_throttled_seconds_total", "container_oom_events_total",
+		"container_pressure_cpu_waiting_seconds_total", "container_pressure_memory_stalled_seconds_total",
+		"resize_agent_pressure_read_errors", "resize_agent_pressure_source_info"); err != nil {
+		t.Error(err)
+	}
+	s := pressure.Summarize("/pod/web", []pressure.Source{pressure.Files{CG: cg}})
+	if s.CPUStallSeconds != 2.5 || s.OOMKills != 2 || s.ThrottledPeriods != 7 || s.CPUSomeAvg10 == nil || *s.CPUSomeAvg10 != 1.5 {
+		t.Errorf("Summary %+v", s)
+	}
+}
