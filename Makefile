@@ -7,13 +7,21 @@ BIN := bin
 CMDS := resize-agent resizectl
 VM_PAYLOAD := $(BIN)/vm-payload
 
-.PHONY: all build test test-unit test-vm demo vet clean image
+.PHONY: all build test test-unit test-vm test-k8s demo vet clean generate check-generate
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 go build -trimpath -o $(BIN)/ ./cmd/...
+
+# The eBPF object and its Go bindings are generated (bpf2go, Debian's
+# clang-14/llvm-14) and committed; check-generate fails if they are stale.
+generate:
+	go generate ./bpf/...
+
+check-generate: generate
+	git diff --exit-code -- bpf/ || { echo "bpf/: generated files differ from the committed ones; run make generate and commit"; exit 1; }
 
 vet:
 	go vet ./...
@@ -28,7 +36,12 @@ test-unit: vet
 test-vm:
 	test/run-vm-tests.sh
 
-test: test-unit test-vm
+# The Kubernetes intake and status path against a real kube-apiserver and
+# etcd (built from the Go module proxy, cached), and the manifests.
+test-k8s:
+	test/k8s/run.sh
+
+test: test-unit test-vm test-k8s
 
 # The main job: the agent resizing a running container, one Infeasible
 # resize, and the metrics. On a host without usable cgroup v2 controllers it

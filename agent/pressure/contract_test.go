@@ -2,11 +2,13 @@ package pressure_test
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/resizer/resize-agent/agent/pressure"
+	"github.com/resizer/resize-agent/bpf"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 )
@@ -70,4 +72,17 @@ func read(t *testing.T, src pressure.Source, p string) pressure.Sample {
 func TestContractFiles(t *testing.T) {
 	mnt, base := cgrouptest.Real(t)
 	contract(t, mnt, base, pressure.Files{CG: cgroup.New(cgroup.WithMountpoint(mnt))})
+}
+
+func TestContractBPF(t *testing.T) {
+	mnt, base := cgrouptest.Real(t)
+	tr, err := bpf.Load()
+	if err != nil {
+		if os.Getenv("RESIZE_AGENT_REQUIRE_BPF") == "1" {
+			t.Fatalf("eBPF is required here: %v", err)
+		}
+		t.Skipf("eBPF programs do not load here: %v", err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	contract(t, mnt, base, pressure.BPF{T: tr, CG: cgroup.New(cgroup.WithMountpoint(mnt))})
 }

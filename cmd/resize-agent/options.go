@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/kube"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -28,6 +30,7 @@ type Options struct {
 	TCPTokenFile   string `json:"tcpTokenFile"`
 	MetricsAddress string `json:"metricsAddress"`
 	CRIEndpoint    string `json:"criEndpoint"`
+	BPF            string `json:"bpf"`
 
 	CPUAllocatable    string `json:"cpuAllocatable"`
 	MemoryAllocatable string `json:"memoryAllocatable"`
@@ -40,6 +43,11 @@ type Options struct {
 
 	LogLevel  string `json:"logLevel"`
 	LogFormat string `json:"logFormat"`
+
+	// Kubernetes intake (agent/kube): off without a node name.
+	Kubeconfig string `json:"kubeconfig"`
+	NodeName   string `json:"nodeName"`
+	KubeIntake string `json:"kubeIntake"`
 
 	// For tests: where /proc is, and whether the cgroup root may be a plain
 	// directory.
@@ -56,11 +64,14 @@ func DefaultOptions() *Options {
 		Socket:          "/run/resize-agent/agent.sock",
 		MetricsAddress:  ":9847",
 		CRIEndpoint:     cri.DefaultEndpoint,
+		BPF:             "auto",
 		CPUPeriod:       cgroup.DefaultPeriod,
 		ResyncInterval:  "10s",
 		ShutdownTimeout: "10s",
 		LogLevel:        "info",
 		LogFormat:       "text",
+		NodeName:        os.Getenv("NODE_NAME"),
+		KubeIntake:      string(kube.ModeAnnotation),
 		procRoot:        "/proc",
 	}
 }
@@ -75,6 +86,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.TCPTokenFile, "tcp-token-file", o.TCPTokenFile, "file holding the bearer token TCP clients must send")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address for /metrics, /healthz and /readyz (empty: none)")
 	fs.StringVar(&o.CRIEndpoint, "cri-endpoint", o.CRIEndpoint, "CRI runtime socket for containers named by pod UID or ID (empty: bare cgroups only)")
+	fs.StringVar(&o.BPF, "bpf", o.BPF, "eBPF pressure tracking: auto (PSI files only where BPF cannot load), on (refuse to start without it) or off")
 	fs.StringVar(&o.CPUAllocatable, "cpu-allocatable", o.CPUAllocatable, "allocatable CPU as a quantity (default: detected minus --cpu-reserved)")
 	fs.StringVar(&o.MemoryAllocatable, "memory-allocatable", o.MemoryAllocatable, "allocatable memory as a quantity (default: detected minus --memory-reserved)")
 	fs.StringVar(&o.CPUReserved, "cpu-reserved", o.CPUReserved, "CPU held back from detected capacity, e.g. 500m")
@@ -84,6 +96,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight writes may take at shutdown")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "text or json")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file for the Kubernetes intake (empty: in-cluster service account)")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's name, from $NODE_NAME unless given; the Kubernetes intake watches only its pods, and is off without it")
+	fs.StringVar(&o.KubeIntake, "kube-intake", o.KubeIntake, "where resize requests come from: annotation (resize.resizer.io/resources), spec (pod spec resources, for nodes whose kubelet does not resize), both, or off")
 }
 
 // Load parses args: the config file first, then the flags set on the
@@ -179,12 +194,27 @@ func (o *Options) validate() (settings, error) {
 			errs = append(errs, fmt.Errorf("capacity-cgroup: %w", err))
 		}
 	}
+	switch o.BPF {
+	case "auto", "on", "off":
+	default:
+		errs = append(errs, fmt.Errorf("bpf: %q is not auto, on or off", o.BPF))
+	}
+	kc := o.kubeConfig(nil)
+	if err := kc.Validate(); err != nil {
+		errs = append(errs, err)
+	} else if kc.Enabled() && o.CRIEndpoint == "" {
+		errs = append(errs, errors.New("the Kubernetes intake needs cri-endpoint: it finds containers by pod UID through the runtime"))
+	}
 	switch o.LogFormat {
 	case "text", "json":
 	default:
 		errs = append(errs, fmt.Errorf("log-format: %q is not text or json", o.LogFormat))
 	}
 	return s, errors.Join(errs...)
+}
+
+func (o *Options) kubeConfig(log *slog.Logger) kube.Config {
+	return kube.Config{Kubeconfig: o.Kubeconfig, NodeName: o.NodeName, Intake: o.KubeIntake, Logger: log}
 }
 
 func trimSpace(b []byte) []byte {

@@ -1,14 +1,46 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/resizer/resize-agent/agent/pressure"
+	"github.com/resizer/resize-agent/bpf"
 	"github.com/resizer/resize-agent/cgroup"
 )
 
-// bpfSource is filled in when package bpf lands.
+// bpfSource loads the eBPF programs unless --bpf=off. Where they cannot
+// load, --bpf=auto logs one line and carries on with the PSI files, and
+// --bpf=on refuses to start.
 func bpfSource(o *Options, cg *cgroup.Manager, log *slog.Logger) (pressure.Source, func(), error) {
-	log.Info("eBPF pressure tracking not built in; serving PSI figures")
-	return nil, func() {}, nil
+	if o.BPF == "off" {
+		log.Info("eBPF pressure tracking off (--bpf=off); serving PSI figures from the cgroup files")
+		return nil, func() {}, nil
+	}
+	err := bpf.Probe()
+	var t *bpf.Tracker
+	if err == nil {
+		t, err = bpf.Load()
+	}
+	if err != nil {
+		if o.BPF == "on" {
+			return nil, nil, fmt.Errorf("eBPF pressure tracking (--bpf=on): %w", err)
+		}
+		why := "cannot load"
+		if errors.Is(err, bpf.ErrNotSupported) {
+			why = "not supported here"
+		}
+		log.Warn("eBPF pressure tracking "+why+"; serving PSI figures from the cgroup files instead", "err", err)
+		return nil, func() {}, nil
+	}
+	log.Info("eBPF pressure tracking loaded: run-queue latency, memcg reclaim stalls, OOM kills per cgroup")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range t.OOMEvents() {
+			log.Warn("OOM kill", "pid", e.PID, "comm", e.Comm, "cgroupID", e.CgroupID)
+		}
+	}()
+	return pressure.BPF{T: t, CG: cg}, func() { t.Close(); <-done }, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/kube"
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup"
@@ -119,6 +120,11 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		serve("metrics", l, ops)
 	}
 
+	stopKube, err := kube.Start(ctx, o.kubeConfig(log.With("component", "kube")), a)
+	if err != nil {
+		return errors.Join(err, a.Close(context.Background()))
+	}
+
 	resyncCtx, stopResync := context.WithCancel(context.Background())
 	resyncDone := make(chan struct{})
 	go func() { a.Run(resyncCtx, s.resync); close(resyncDone) }()
@@ -137,6 +143,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	ready.Store(false)
 	stopResync()
 	<-resyncDone
+	stopKube() // no new intents from Kubernetes while the agent closes
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.shutdown)
 	defer cancel()

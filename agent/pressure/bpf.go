@@ -1,0 +1,48 @@
+package pressure
+
+import (
+	"github.com/resizer/resize-agent/bpf"
+	"github.com/resizer/resize-agent/cgroup"
+)
+
+// Tracker is what the BPF source needs of package bpf's Tracker.
+type Tracker interface {
+	Stats(cgroupID uint64) (bpf.Stats, error)
+}
+
+// BPF is the Source backed by the eBPF programs: it finds the cgroup's id
+// (its inode number) and reads the in-kernel aggregates for it.
+type BPF struct {
+	T  Tracker
+	CG *cgroup.Manager
+}
+
+// Name is "ebpf".
+func (BPF) Name() string { return "ebpf" }
+
+// Read returns the run-queue latency histogram (its sum as CPUStall), the
+// memcg reclaim stall time (as MemoryStall) and the OOM kills of the cgroup.
+func (b BPF) Read(p string) (Sample, error) {
+	id, err := b.CG.ID(p)
+	if err != nil {
+		return Sample{}, err
+	}
+	st, err := b.T.Stats(id)
+	if err != nil {
+		return Sample{}, err
+	}
+	h := &Histogram{Count: st.RunqLatency.Count, Sum: st.RunqLatency.Sum}
+	var acc uint64
+	bounds := st.RunqLatency.UpperBounds()
+	for i, n := range st.RunqLatency.Buckets {
+		acc += n
+		if i < len(bounds)-1 { // the last bound is +Inf, implied by Count
+			h.Bounds = append(h.Bounds, bounds[i])
+			h.Counts = append(h.Counts, acc)
+		}
+	}
+	return Sample{
+		Source: "ebpf", CPUStall: st.RunqLatency.Sum, MemoryStall: st.ReclaimStall, OOMKills: st.OOMKills,
+		RunqLatency: h, Reclaims: st.Reclaims,
+	}, nil
+}

@@ -1,0 +1,216 @@
+package bpf
+
+import (
+	"runtime"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// pingPong runs rounds round trips of one byte over a pair of blocking
+// pipes between two OS threads, for each of pairs pairs at once: every
+// round trip is two blocking reads, i.e. two wakeups and context switches.
+func pingPong(tb testing.TB, pairs, rounds int) {
+	var wg sync.WaitGroup
+	for p := 0; p < pairs; p++ {
+		var ab, ba [2]int
+		if err := unix.Pipe2(ab[:], unix.O_CLOEXEC); err != nil {
+			tb.Fatal(err)
+		}
+		if err := unix.Pipe2(ba[:], unix.O_CLOEXEC); err != nil {
+			tb.Fatal(err)
+		}
+		side := func(in, out int, first bool) {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			buf := []byte{0}
+			for i := 0; i < rounds; i++ {
+				if first {
+					_, _ = unix.Write(out, buf)
+					_, _ = unix.Read(in, buf)
+				} else {
+					_, _ = unix.Read(in, buf)
+					_, _ = unix.Write(out, buf)
+				}
+			}
+		}
+		wg.Add(2)
+		go side(ba[0], ab[1], true)
+		go side(ab[0], ba[1], false)
+		defer func() {
+			for _, fd := range []int{ab[0], ab[1], ba[0], ba[1]} {
+				_ = unix.Close(fd)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// sample is what one run of the workload cost.
+type sample struct {
+	wall   time.Duration
+	cpu    time.Duration // this process, user + system (getrusage)
+	ctxsw  int64         // this process's context switches, voluntary + involuntary
+	rounds int
+}
+
+func (s *sample) add(o sample) {
+	s.wall += o.wall
+	s.cpu += o.cpu
+	s.ctxsw += o.ctxsw
+	s.rounds += o.rounds
+}
+
+func rusage(tb testing.TB) unix.Rusage {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return ru
+}
+
+func measure(tb testing.TB, pairs, rounds int) sample {
+	r0 := rusage(tb)
+	t0 := time.Now()
+	pingPong(tb, pairs, rounds)
+	wall := time.Since(t0)
+	r1 := rusage(tb)
+	cpu := func(ru unix.Rusage) time.Duration {
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return sample{
+		wall:   wall,
+		cpu:    cpu(r1) - cpu(r0),
+		ctxsw:  (r1.Nvcsw + r1.Nivcsw) - (r0.Nvcsw + r0.Nivcsw),
+		rounds: rounds * pairs,
+	}
+}
+
+// BenchmarkSchedOverhead measures, in one run, a scheduler-heavy workload
+// (NumCPU pairs of OS threads ping-ponging over pipes) without the programs
+// and with them loaded and attached, in five rounds (base first in even
+// rounds, BPF first in odd ones, so that drift cancels), and reports what
+// the programs add:
+//
+//	ns/event       median over the rounds of the CPU time (this process,
+//	               getrusage) added per context switch of the workload;
+//	               each switch also means one wakeup, so it covers a
+//	               sched_switch and a sched_wakeup program run
+//	wall-ns/event  the same from wall-clock time x NumCPU
+//	cpu%-base, cpu%-bpf  the workload's CPU share of the machine
+//	ctxsw/s-base, ctxsw/s-bpf  context switches per second
+//	switch-prog-ns/run, wakeup-prog-ns/run  the programs' own run time
+//	               per invocation, from the kernel's BPF statistics
+//	               (BPF_ENABLE_STATS) in a separate last phase
+//
+// b.N is the number of round trips per pair and phase:
+//
+//	go test -run '^$' -bench SchedOverhead -benchtime 100000x ./bpf
+func BenchmarkSchedOverhead(b *testing.B) {
+	requireBPF(b)
+	pairs := runtime.NumCPU()
+	ncpu := float64(runtime.NumCPU())
+	// Enough Ps that the Go runtime never has to hand off the P of a
+	// thread blocked in read(2): the switches are the kernel's, not the
+	// runtime's.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2*pairs + 2))
+	pingPong(b, pairs, 1000) // warm up: threads, pipes, page faults
+
+	withTracker := func() sample {
+		b.StopTimer()
+		tr, err := Load()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		s := measure(b, pairs, b.N)
+		b.StopTimer()
+		if err := tr.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		return s
+	}
+	perSwitch := func(d time.Duration, s sample) float64 {
+		return float64(d.Nanoseconds()) / float64(s.ctxsw)
+	}
+
+	const rounds = 5
+	var base, withBPF sample
+	var cpuAdded, wallAdded []float64
+	b.ResetTimer()
+	for r := 0; r < rounds; r++ {
+		var sb, sp sample
+		if r%2 == 0 {
+			sb = measure(b, pairs, b.N)
+			sp = withTracker()
+		} else {
+			sp = withTracker()
+			sb = measure(b, pairs, b.N)
+		}
+		base.add(sb)
+		withBPF.add(sp)
+		cpuAdded = append(cpuAdded, perSwitch(sp.cpu, sp)-perSwitch(sb.cpu, sb))
+		wallAdded = append(wallAdded, (perSwitch(sp.wall, sp)-perSwitch(sb.wall, sb))*ncpu)
+	}
+	b.StopTimer()
+
+	// Once more with the kernel's BPF run-time statistics on (they cost
+	// two clock reads per program run, so this phase is not in the
+	// numbers above): the programs' own run time per invocation.
+	progNs := map[string]float64{}
+	if st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {
+		b.Logf("BPF run-time statistics not available: %v", err)
+	} else {
+		tr, err := Load()
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := measure(b, pairs, b.N)
+		for _, name := range schedPrograms {
+			ps, err := tr.coll.Programs[name].Stats()
+			if err != nil || ps.RunCount == 0 {
+				continue
+			}
+			progNs[name] = float64(ps.Runtime.Nanoseconds()) / float64(ps.RunCount)
+			b.Logf("%s: %d runs (%.2f per workload switch), %.0f ns/run", name, ps.RunCount, float64(ps.RunCount)/float64(m.ctxsw), progNs[name])
+		}
+		_ = tr.Close()
+		_ = st.Close()
+	}
+
+	share := func(s sample) float64 { return 100 * float64(s.cpu) / (float64(s.wall) * ncpu) }
+	rate := func(s sample) float64 { return float64(s.ctxsw) / s.wall.Seconds() }
+	b.ReportMetric(median(cpuAdded), "ns/event")
+	b.ReportMetric(median(wallAdded), "wall-ns/event")
+	b.ReportMetric(share(base), "cpu%-base")
+	b.ReportMetric(share(withBPF), "cpu%-bpf")
+	b.ReportMetric(rate(base), "ctxsw/s-base")
+	b.ReportMetric(rate(withBPF), "ctxsw/s-bpf")
+	if ns, ok := progNs[pressureProgOnSchedSwitch]; ok {
+		b.ReportMetric(ns, "switch-prog-ns/run")
+	}
+	if ns, ok := progNs[pressureProgOnSchedWakeup]; ok {
+		b.ReportMetric(ns, "wakeup-prog-ns/run")
+	}
+	b.Logf("%d pairs, %d round trips per pair and phase, %d rounds: base %v wall, %v CPU, %d switches (%.0f CPU ns/switch); with BPF %v wall, %v CPU, %d switches (%.0f CPU ns/switch); CPU ns added per switch by round %.0f",
+		pairs, b.N, rounds, base.wall, base.cpu, base.ctxsw, perSwitch(base.cpu, base),
+		withBPF.wall, withBPF.cpu, withBPF.ctxsw, perSwitch(withBPF.cpu, withBPF), cpuAdded)
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

@@ -1,0 +1,461 @@
+package bpf
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// Stats are one cgroup's pressure counters since the Tracker was loaded (or
+// since the cgroup's first event).
+type Stats struct {
+	// RunqLatency is the run-queue latency of the cgroup's tasks.
+	RunqLatency Histogram
+	// ReclaimStall is the time the cgroup's tasks spent in memcg reclaim
+	// and global direct reclaim; Reclaims counts those reclaim passes.
+	ReclaimStall time.Duration
+	Reclaims     uint64
+	// OOMKills counts processes of the cgroup killed by the OOM killer
+	// (memcg or global OOM).
+	OOMKills uint64
+}
+
+// OOMEvent is one OOM kill.
+type OOMEvent struct {
+	PID      int    // victim process (thread group) id
+	TID      int    // victim task id (usually == PID)
+	Comm     string // victim's command name
+	CgroupID uint64 // victim's cgroup v2 id
+	Time     time.Time
+}
+
+// Option configures Load.
+type Option func(*options)
+
+type options struct {
+	maxCgroups  uint32
+	eventBuffer int
+	oomHook     string // program name; "" = best available
+	// beforeAttach, if set, runs before each program is attached and can
+	// fail the attach (tests of the clean-up on error).
+	beforeAttach func(prog string) error
+}
+
+// WithMaxCgroups sets how many cgroups the per-cgroup maps hold (default
+// 8192). Entries are allocated on first use, so a large value costs memory
+// only when that many cgroups are seen. When the maps are full, cgroups
+// without an entry are not counted until Forget makes room.
+func WithMaxCgroups(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxCgroups = uint32(n)
+		}
+	}
+}
+
+// WithEventBuffer sets the capacity of the OOMEvents channel (default 64).
+// While it is full, further events wait in the kernel ring buffer (64 KiB,
+// about 1600 events); when that is full too, events are lost (the OOMKills
+// counters are not).
+func WithEventBuffer(n int) Option {
+	return func(o *options) {
+		if n >= 0 {
+			o.eventBuffer = n
+		}
+	}
+}
+
+// Tracker holds the loaded and attached programs and their maps. Its
+// methods are safe for concurrent use.
+type Tracker struct {
+	coll    *ebpf.Collection
+	oomHook oomHook
+	links   []link.Link
+	runqLat *ebpf.Map
+	cgMem   *ebpf.Map
+	reader  *ringbuf.Reader
+	events  chan OOMEvent
+	stop    chan struct{}
+	wg      sync.WaitGroup
+
+	mu       sync.RWMutex // write-held by Close
+	closed   bool
+	closeErr error
+	once     sync.Once
+}
+
+// Program names in pressure.bpf.c, by hook.
+var (
+	schedPrograms = []string{
+		pressureProgOnSchedWakeup,
+		pressureProgOnSchedWakeupNew,
+		pressureProgOnSchedSwitch,
+	}
+	reclaimPrograms = []string{
+		pressureProgOnMemcgReclaimBegin,
+		pressureProgOnMemcgReclaimEnd,
+		pressureProgOnDirectReclaimBegin,
+		pressureProgOnDirectReclaimEnd,
+	}
+)
+
+// oomHook is one of the alternative OOM kill programs of pressure.bpf.c.
+type oomHook struct {
+	prog   string          // program name
+	attach ebpf.AttachType // tp_btf or fentry
+	target string          // tracepoint or kernel function
+}
+
+// oomHooks in order of preference; see the end of pressure.bpf.c.
+var oomHooks = []oomHook{
+	{pressureProgOnMarkVictim, ebpf.AttachTraceRawTp, "mark_victim"},
+	{pressureProgOnOomKill, ebpf.AttachTraceFEntry, "__oom_kill_process"},
+	{pressureProgOnOomKillChosen, ebpf.AttachTraceFEntry, "oom_kill_process"},
+}
+
+// usable tells whether the running kernel (its BTF) has the hook with the
+// arguments the program reads.
+func (h oomHook) usable(kernel *btf.Spec) bool {
+	if h.attach == ebpf.AttachTraceFEntry {
+		var fn *btf.Func
+		return kernel.TypeByName(h.target, &fn) == nil
+	}
+	// tp_btf: the typedef btf_trace_<name> is a pointer to
+	// void (*)(void *__data, <TP_PROTO args>). mark_victim's first
+	// argument must be the task (older kernels pass an int pid).
+	var td *btf.Typedef
+	if kernel.TypeByName("btf_trace_"+h.target, &td) != nil {
+		return false
+	}
+	ptr, ok := btf.UnderlyingType(td.Type).(*btf.Pointer)
+	if !ok {
+		return false
+	}
+	proto, ok := btf.UnderlyingType(ptr.Target).(*btf.FuncProto)
+	if !ok || len(proto.Params) < 2 {
+		return false
+	}
+	arg, ok := btf.UnderlyingType(proto.Params[1].Type).(*btf.Pointer)
+	if !ok {
+		return false
+	}
+	st, ok := btf.UnderlyingType(arg.Target).(*btf.Struct)
+	return ok && st.Name == "task_struct"
+}
+
+// chooseOOMHook returns the first usable hook, or the one named by force
+// (tests use that to check the fallbacks).
+func chooseOOMHook(kernel *btf.Spec, force string) (oomHook, error) {
+	for _, h := range oomHooks {
+		if force != "" && h.prog != force {
+			continue
+		}
+		if h.usable(kernel) {
+			return h, nil
+		}
+	}
+	return oomHook{}, notSupported("OOM kill hook", errors.New("kernel BTF has none of tp_btf/mark_victim(struct task_struct *, ...), __oom_kill_process, oom_kill_process"))
+}
+
+// Load loads the programs into the kernel and attaches them. It raises
+// RLIMIT_MEMLOCK where the kernel still charges BPF memory to it. On error
+// everything opened so far is closed again. Errors caused by a kernel that
+// lacks a needed feature match ErrNotSupported.
+func Load(opts ...Option) (*Tracker, error) {
+	o := options{maxCgroups: 8192, eventBuffer: 64}
+	for _, opt := range opts {
+		opt(&o)
+	}
+
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("bpf: raising RLIMIT_MEMLOCK: %w", err)
+	}
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil, notSupported("kernel BTF", err)
+	}
+	spec, err := loadPressure()
+	if err != nil {
+		return nil, fmt.Errorf("bpf: %w", err)
+	}
+	oom, err := chooseOOMHook(kernel, o.oomHook)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range oomHooks {
+		if h.prog != oom.prog {
+			delete(spec.Programs, h.prog)
+		}
+	}
+	spec.Maps[pressureMapRunqLat].MaxEntries = o.maxCgroups
+	spec.Maps[pressureMapCgMem].MaxEntries = o.maxCgroups
+
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
+		Programs: ebpf.ProgramOptions{KernelTypes: kernel},
+	})
+	if err != nil {
+		return nil, classify("loading programs", err)
+	}
+	t := &Tracker{
+		coll:    coll,
+		oomHook: oom,
+		runqLat: coll.Maps[pressureMapRunqLat],
+		cgMem:   coll.Maps[pressureMapCgMem],
+		events:  make(chan OOMEvent, o.eventBuffer),
+		stop:    make(chan struct{}),
+	}
+	fail := func(err error) (*Tracker, error) {
+		t.closeResources()
+		return nil, err
+	}
+
+	progs := append(append(append([]string{}, schedPrograms...), reclaimPrograms...), oom.prog)
+	for _, name := range progs {
+		if o.beforeAttach != nil {
+			if err := o.beforeAttach(name); err != nil {
+				return fail(fmt.Errorf("bpf: attaching %s: %w", name, err))
+			}
+		}
+		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
+		if err != nil {
+			return fail(classify("attaching "+name, err))
+		}
+		t.links = append(t.links, l)
+	}
+
+	t.reader, err = ringbuf.NewReader(coll.Maps[pressureMapOomEvents])
+	if err != nil {
+		return fail(classify("opening OOM ring buffer", err))
+	}
+	t.wg.Add(1)
+	go t.readEvents()
+	return t, nil
+}
+
+// Close detaches and unloads everything, stops the OOM event goroutine and
+// closes the OOMEvents channel. It is safe to call more than once.
+func (t *Tracker) Close() error {
+	t.once.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		t.mu.Unlock()
+		t.closeErr = t.closeResources()
+	})
+	return t.closeErr
+}
+
+func (t *Tracker) closeResources() error {
+	var errs []error
+	for _, l := range t.links {
+		if err := l.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	t.links = nil
+	close(t.stop)
+	if t.reader != nil {
+		if err := t.reader.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		t.wg.Wait()
+	} else {
+		close(t.events) // no reader goroutine to close it
+	}
+	t.coll.Close()
+	if len(errs) > 0 {
+		return fmt.Errorf("bpf: close: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+var errClosed = errors.New("bpf: tracker closed")
+
+// Stats returns one cgroup's counters, summed over CPUs. A cgroup without
+// events so far has zero Stats (and a nil error).
+func (t *Tracker) Stats(cgroupID uint64) (Stats, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return Stats{}, errClosed
+	}
+	var s Stats
+	var hs []pressureRunqHist
+	switch err := t.runqLat.Lookup(cgroupID, &hs); {
+	case err == nil:
+		for i := range hs {
+			s.RunqLatency.add(&hs[i])
+		}
+	case !errors.Is(err, ebpf.ErrKeyNotExist):
+		return Stats{}, fmt.Errorf("bpf: reading run-queue latency of cgroup %d: %w", cgroupID, err)
+	}
+	if s.RunqLatency.Buckets == nil {
+		s.RunqLatency.Buckets = make([]uint64, HistogramBuckets)
+	}
+	var ms []pressureMemStats
+	switch err := t.cgMem.Lookup(cgroupID, &ms); {
+	case err == nil:
+		for i := range ms {
+			s.addMem(&ms[i])
+		}
+	case !errors.Is(err, ebpf.ErrKeyNotExist):
+		return Stats{}, fmt.Errorf("bpf: reading memory stats of cgroup %d: %w", cgroupID, err)
+	}
+	return s, nil
+}
+
+func (s *Stats) addMem(m *pressureMemStats) {
+	s.ReclaimStall += time.Duration(m.ReclaimNs)
+	s.Reclaims += m.Reclaims
+	s.OOMKills += m.OomKills
+}
+
+// All returns the counters of every cgroup seen so far, by cgroup id.
+func (t *Tracker) All() (map[uint64]Stats, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return nil, errClosed
+	}
+	all := make(map[uint64]Stats)
+	var id uint64
+	var hs []pressureRunqHist
+	it := t.runqLat.Iterate()
+	for it.Next(&id, &hs) {
+		s := all[id]
+		for i := range hs {
+			s.RunqLatency.add(&hs[i])
+		}
+		all[id] = s
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("bpf: iterating run-queue latency: %w", err)
+	}
+	var ms []pressureMemStats
+	it = t.cgMem.Iterate()
+	for it.Next(&id, &ms) {
+		s := all[id]
+		for i := range ms {
+			s.addMem(&ms[i])
+		}
+		all[id] = s
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("bpf: iterating memory stats: %w", err)
+	}
+	for id, s := range all {
+		if s.RunqLatency.Buckets == nil {
+			s.RunqLatency.Buckets = make([]uint64, HistogramBuckets)
+			all[id] = s
+		}
+	}
+	return all, nil
+}
+
+// Forget deletes a cgroup's entries, for a cgroup that is gone. (Its id is
+// not reused: cgroup ids are 64-bit and only increase.) A cgroup that still
+// has tasks gets new entries on its next event.
+func (t *Tracker) Forget(cgroupID uint64) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return
+	}
+	_ = t.runqLat.Delete(cgroupID)
+	_ = t.cgMem.Delete(cgroupID)
+}
+
+// OOMHook names the OOM kill hook Load picked for this kernel:
+// "tp_btf/mark_victim", "fentry/__oom_kill_process" or
+// "fentry/oom_kill_process".
+func (t *Tracker) OOMHook() string {
+	if t.oomHook.attach == ebpf.AttachTraceFEntry {
+		return "fentry/" + t.oomHook.target
+	}
+	return "tp_btf/" + t.oomHook.target
+}
+
+// OOMEvents returns the channel of OOM kills. There is one channel per
+// Tracker, shared by all callers; Close closes it.
+func (t *Tracker) OOMEvents() <-chan OOMEvent {
+	return t.events
+}
+
+// oomRecord is struct oom_event of pressure.bpf.c.
+type oomRecord struct {
+	BootNs   uint64
+	CgroupID uint64
+	Pid      uint32
+	Tid      uint32
+	Comm     [16]byte
+}
+
+const oomRecordSize = 40
+
+func (t *Tracker) readEvents() {
+	defer t.wg.Done()
+	defer close(t.events)
+	var rec ringbuf.Record
+	for {
+		if err := t.reader.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return
+			}
+			select {
+			case <-t.stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				continue
+			}
+		}
+		ev, ok := decodeOOM(rec.RawSample)
+		if !ok {
+			continue
+		}
+		select {
+		case t.events <- ev:
+		case <-t.stop:
+			return
+		}
+	}
+}
+
+func decodeOOM(raw []byte) (OOMEvent, bool) {
+	if len(raw) < oomRecordSize {
+		return OOMEvent{}, false
+	}
+	var r oomRecord
+	if err := binary.Read(bytes.NewReader(raw[:oomRecordSize]), binary.NativeEndian, &r); err != nil {
+		return OOMEvent{}, false
+	}
+	comm := r.Comm[:]
+	if i := bytes.IndexByte(comm, 0); i >= 0 {
+		comm = comm[:i]
+	}
+	return OOMEvent{
+		PID:      int(r.Pid),
+		TID:      int(r.Tid),
+		Comm:     string(comm),
+		CgroupID: r.CgroupID,
+		Time:     bootTime(r.BootNs),
+	}, true
+}
+
+// bootTime converts a CLOCK_BOOTTIME reading (ns) to wall-clock time.
+func bootTime(ns uint64) time.Time {
+	now := time.Now()
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return now
+	}
+	return now.Add(-time.Duration(uint64(ts.Nano()) - ns))
+}

@@ -1,0 +1,381 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"go.uber.org/goleak"
+)
+
+// withOOMHook forces one of the OOM programs (tests of the fallbacks).
+func withOOMHook(prog string) Option {
+	return func(o *options) { o.oomHook = prog }
+}
+
+func load(t testing.TB, opts ...Option) *Tracker {
+	t.Helper()
+	tr, err := Load(opts...)
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			t.Fatalf("Load: %+v", ve)
+		}
+		t.Fatalf("Load: %v", err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr
+}
+
+func kernelRelease() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// (a) Everything loads and attaches, Close tears it down without leaking
+// goroutines, and the maps fill up on their own.
+func TestLoadAttach(t *testing.T) {
+	requireBPF(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	tr, err := Load()
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	t.Logf("kernel %s: %d programs attached, OOM hook %s (program %s)", kernelRelease(), len(tr.links), tr.OOMHook(), tr.oomHook.prog)
+	if want := len(schedPrograms) + len(reclaimPrograms) + 1; len(tr.links) != want {
+		t.Errorf("%d links, want %d", len(tr.links), want)
+	}
+
+	// Something runs on this machine: some cgroup gets samples.
+	deadline := time.Now().Add(5 * time.Second)
+	var all map[uint64]Stats
+	for {
+		runtime.Gosched()
+		time.Sleep(20 * time.Millisecond)
+		if all, err = tr.All(); err != nil {
+			t.Fatal(err)
+		}
+		var n uint64
+		for _, s := range all {
+			n += s.RunqLatency.Count
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no run-queue latency samples in any cgroup after 5 s")
+		}
+	}
+	for id, s := range all {
+		if len(s.RunqLatency.Buckets) != HistogramBuckets {
+			t.Errorf("cgroup %d: %d buckets", id, len(s.RunqLatency.Buckets))
+		}
+		var sum uint64
+		for _, c := range s.RunqLatency.Buckets {
+			sum += c
+		}
+		if sum != s.RunqLatency.Count {
+			t.Errorf("cgroup %d: buckets add up to %d, count %d", id, sum, s.RunqLatency.Count)
+		}
+		one, err := tr.Stats(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if one.RunqLatency.Count < s.RunqLatency.Count {
+			t.Errorf("cgroup %d: Stats count %d < All count %d", id, one.RunqLatency.Count, s.RunqLatency.Count)
+		}
+		t.Logf("cgroup %d: %s", id, describe(s.RunqLatency))
+	}
+	if s, err := tr.Stats(math.MaxUint64); err != nil || s.RunqLatency.Count != 0 || len(s.RunqLatency.Buckets) != HistogramBuckets {
+		t.Errorf("Stats of an unknown cgroup = %+v, %v; want zero stats", s, err)
+	}
+
+	if err := tr.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, ok := <-tr.OOMEvents(); ok {
+		t.Error("OOMEvents channel not closed by Close")
+	}
+	if _, err := tr.Stats(1); err == nil {
+		t.Error("Stats after Close: no error")
+	}
+	tr.Forget(1) // no-op, no panic
+}
+
+// (b) CPU burners in one cgroup, more runnable threads than CPUs: their
+// run-queue latency is attributed to that cgroup's id, not to an idle
+// cgroup's. The sum is checked against the kernel's own run-delay
+// accounting (/proc/PID/task/TID/schedstat) of the same threads.
+func TestRunqLatencyByCgroup(t *testing.T) {
+	requireBPF(t)
+	root := cgroup2Mount(t)
+	busy := newCgroup(t, root, "busy")
+	idle := newCgroup(t, root, "idle")
+	if busy.id == idle.id || busy.id == 0 {
+		t.Fatalf("cgroup ids %d, %d", busy.id, idle.id)
+	}
+	tr := load(t)
+
+	startHelper(t, idle, "idle")
+	time.Sleep(300 * time.Millisecond) // let it start up and fall asleep
+
+	n := runtime.NumCPU() + 2
+	var pids []int
+	for i := 0; i < n; i++ {
+		pids = append(pids, startHelper(t, busy, "burn").Process.Pid)
+	}
+	time.Sleep(300 * time.Millisecond)
+
+	busy0, err := tr.Stats(busy.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle0, _ := tr.Stats(idle.id)
+	delay0, haveDelay := runDelay(pids)
+	time.Sleep(2 * time.Second)
+	busy1, _ := tr.Stats(busy.id)
+	idle1, _ := tr.Stats(idle.id)
+	delay1, _ := runDelay(pids)
+
+	b, i := sub(busy1, busy0), sub(idle1, idle0)
+	t.Logf("%d burners on %d CPUs, 2 s: busy cgroup %d: %s", n, runtime.NumCPU(), busy.id, describe(b.RunqLatency))
+	t.Logf("idle cgroup %d: %s", idle.id, describe(i.RunqLatency))
+	if b.RunqLatency.Count < 100 {
+		t.Errorf("busy cgroup: %d samples in 2 s, want >= 100", b.RunqLatency.Count)
+	}
+	if b.RunqLatency.Mean() < 100*time.Microsecond {
+		t.Errorf("busy cgroup: mean run-queue latency %v with %d burners on %d CPUs, want >= 100µs", b.RunqLatency.Mean(), n, runtime.NumCPU())
+	}
+	if i.RunqLatency.Count*100 > b.RunqLatency.Count {
+		t.Errorf("idle cgroup got %d samples, busy %d: busy samples leak into other cgroups?", i.RunqLatency.Count, b.RunqLatency.Count)
+	}
+	if haveDelay {
+		kernel := delay1 - delay0
+		ratio := float64(b.RunqLatency.Sum) / float64(kernel)
+		t.Logf("run-queue wait of the burners: BPF sum %v, kernel schedstat %v (ratio %.3f)", b.RunqLatency.Sum, kernel, ratio)
+		if ratio < 0.5 || ratio > 2 {
+			t.Errorf("BPF sum %v vs kernel run delay %v: ratio %.2f outside [0.5, 2]", b.RunqLatency.Sum, kernel, ratio)
+		}
+	}
+
+	all, err := tr.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all[busy.id].RunqLatency.Count < busy1.RunqLatency.Count {
+		t.Errorf("All()[busy] count %d < Stats count %d", all[busy.id].RunqLatency.Count, busy1.RunqLatency.Count)
+	}
+
+	// Forget: once the cgroup is empty its entries go and stay gone.
+	removeCgroup(t, busy.path)
+	time.Sleep(100 * time.Millisecond) // exiting burners' last switches
+	tr.Forget(busy.id)
+	if s, _ := tr.Stats(busy.id); s.RunqLatency.Count != 0 {
+		t.Errorf("after Forget: %d samples", s.RunqLatency.Count)
+	}
+	if all, _ := tr.All(); all != nil {
+		if _, ok := all[busy.id]; ok {
+			t.Error("after Forget: cgroup still in All()")
+		}
+	}
+}
+
+// (c) A burner throttled by cpu.max waits most of each period: its
+// run-queue latency rises far above an unthrottled burner's.
+func TestCPUMaxRaisesRunqLatency(t *testing.T) {
+	root := requireCgroup2Limits(t)
+	throttled := newCgroup(t, root, "throttled")
+	free := newCgroup(t, root, "free")
+	throttled.write(t, "cpu.max", "10000 100000")
+	tr := load(t)
+
+	startShellBurner(t, throttled)
+	startShellBurner(t, free)
+	time.Sleep(500 * time.Millisecond)
+	th0, _ := tr.Stats(throttled.id)
+	fr0, _ := tr.Stats(free.id)
+	time.Sleep(3 * time.Second)
+	th1, _ := tr.Stats(throttled.id)
+	fr1, _ := tr.Stats(free.id)
+	th, fr := sub(th1, th0).RunqLatency, sub(fr1, fr0).RunqLatency
+
+	t.Logf("cpu.max 10000 100000: %s", describe(th))
+	t.Logf("cpu.max max:          %s", describe(fr))
+	t.Logf("throttled: p50 %v, mean %v; unthrottled: p50 %v, mean %v", th.Quantile(0.5), th.Mean(), fr.Quantile(0.5), fr.Mean())
+	t.Logf("cpu.stat of the throttled cgroup: %s", strings.Join(strings.Fields(throttled.read(t, "cpu.stat")), " "))
+	if th.Count < 20 {
+		t.Fatalf("throttled cgroup: %d samples in 3 s, want >= 20", th.Count)
+	}
+	if th.Mean() < 10*time.Millisecond {
+		t.Errorf("throttled mean %v, want >= 10ms (90 ms of every 100 ms throttled)", th.Mean())
+	}
+	if th.Mean() < 10*fr.Mean() {
+		t.Errorf("throttled mean %v not well above unthrottled mean %v", th.Mean(), fr.Mean())
+	}
+	if th.Quantile(0.5) <= fr.Quantile(0.5) {
+		t.Errorf("throttled p50 %v not above unthrottled p50 %v", th.Quantile(0.5), fr.Quantile(0.5))
+	}
+}
+
+// (c) A process allocating past memory.max reclaims, then is OOM-killed;
+// kill count, ring buffer event and reclaim stall are all attributed to
+// its cgroup.
+func TestOOMKillAttributed(t *testing.T) {
+	root := requireCgroup2Limits(t)
+	tr := load(t)
+	t.Logf("OOM hook: %s", tr.OOMHook())
+	testOOMKill(t, tr, root)
+}
+
+// The fallback OOM hooks (fentry), where the kernel has them and allows
+// BPF trampolines.
+func TestOOMHookFallbacks(t *testing.T) {
+	root := requireCgroup2Limits(t)
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range oomHooks[1:] {
+		t.Run(h.prog, func(t *testing.T) {
+			if !h.usable(kernel) {
+				t.Skipf("kernel BTF has no %s", h.target)
+			}
+			tr, err := Load(withOOMHook(h.prog))
+			if errors.Is(err, ErrNotSupported) || errors.Is(err, os.ErrPermission) {
+				// e.g. a kernel that refuses BPF trampolines (fentry)
+				t.Skipf("fallback hook %s on %s does not load here: %v", h.prog, h.target, err)
+			}
+			if err != nil {
+				t.Fatalf("fallback hook %s on %s: %v", h.prog, h.target, err)
+			}
+			defer tr.Close()
+			testOOMKill(t, tr, root)
+		})
+	}
+}
+
+func testOOMKill(t *testing.T, tr *Tracker, root string) {
+	cg := newCgroup(t, root, "oom")
+	cg.write(t, "memory.max", fmt.Sprint(64<<20))
+	if _, err := os.Stat(cg.path + "/memory.swap.max"); err == nil {
+		cg.write(t, "memory.swap.max", "0")
+	}
+	other := newCgroup(t, root, "bystander")
+
+	cmd := startHelper(t, cg, "alloc", "RESIZE_AGENT_BPF_TEST_MIB=200")
+	pid := cmd.Process.Pid
+	err := cmd.Wait()
+	if err == nil {
+		t.Fatal("the 200 MiB allocator in a 64 MiB cgroup exited normally")
+	}
+	t.Logf("allocator pid %d in cgroup %d: %v; memory.events: %s", pid, cg.id, err, strings.Join(strings.Fields(cg.read(t, "memory.events")), " "))
+
+	var ev OOMEvent
+	timeout := time.After(10 * time.Second)
+wait:
+	for {
+		select {
+		case e, ok := <-tr.OOMEvents():
+			if !ok {
+				t.Fatal("OOMEvents closed")
+			}
+			t.Logf("OOM event: %+v", e)
+			if e.CgroupID == cg.id {
+				ev = e
+				break wait
+			}
+		case <-timeout:
+			t.Fatal("no OOM event for the cgroup within 10 s")
+		}
+	}
+	if ev.PID != pid {
+		t.Errorf("event PID %d, want the allocator %d", ev.PID, pid)
+	}
+	if ev.Comm == "" {
+		t.Error("event without comm")
+	}
+	if d := time.Since(ev.Time); d < 0 || d > time.Minute {
+		t.Errorf("event time %v is %v from now", ev.Time, d)
+	}
+
+	s, err := tr.Stats(cg.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cgroup %d: OOM kills %d, reclaim stall %v in %d reclaims, run queue %s", cg.id, s.OOMKills, s.ReclaimStall, s.Reclaims, describe(s.RunqLatency))
+	if s.OOMKills < 1 {
+		t.Errorf("OOMKills = %d, want >= 1", s.OOMKills)
+	}
+	if s.ReclaimStall <= 0 || s.Reclaims == 0 {
+		t.Errorf("reclaim stall %v in %d reclaims, want > 0", s.ReclaimStall, s.Reclaims)
+	}
+	if o, _ := tr.Stats(other.id); o.OOMKills != 0 || o.Reclaims != 0 {
+		t.Errorf("bystander cgroup got %d OOM kills, %d reclaims", o.OOMKills, o.Reclaims)
+	}
+}
+
+// A Load that fails part way closes what it opened: no file descriptors
+// (programs, maps, links) or goroutines are left behind.
+func TestLoadFailsCleanly(t *testing.T) {
+	requireBPF(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	countFDs := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	// Warm up what stays open for the process's lifetime (kernel BTF
+	// cache, feature probes).
+	if tr, err := Load(); err != nil {
+		t.Fatal(err)
+	} else {
+		tr.Close()
+	}
+	before := countFDs()
+	injected := errors.New("injected")
+	attached := 0
+	_, err := Load(func(o *options) {
+		o.beforeAttach = func(string) error {
+			if attached == 3 {
+				return injected
+			}
+			attached++
+			return nil
+		}
+	})
+	if !errors.Is(err, injected) {
+		t.Fatalf("Load = %v, want the injected error", err)
+	}
+	if after := countFDs(); after != before {
+		t.Errorf("%d open files before the failed Load, %d after", before, after)
+	}
+}
+
+func TestErrNotSupported(t *testing.T) {
+	err := classify("x", fmt.Errorf("wrapped: %w", ebpf.ErrNotSupported))
+	if !errors.Is(err, ErrNotSupported) || !errors.Is(err, ebpf.ErrNotSupported) {
+		t.Errorf("%v: does not match both ErrNotSupported", err)
+	}
+	if err := classify("x", btf.ErrNotFound); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("%v: missing attach target does not match ErrNotSupported", err)
+	}
+	if err := classify("x", os.ErrPermission); errors.Is(err, ErrNotSupported) {
+		t.Errorf("%v: permission error matches ErrNotSupported", err)
+	}
+}

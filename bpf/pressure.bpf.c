@@ -1,0 +1,350 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (MIT OR GPL-2.0-only)
+/*
+ * Per-cgroup pressure signals for the resize agent, aggregated in the
+ * kernel:
+ *
+ *  - run-queue latency: time from a task becoming runnable (wakeup, new
+ *    task, or being switched out while still runnable) until it runs, as a
+ *    log2 histogram of microseconds per cgroup v2 id (per-CPU hash);
+ *  - reclaim stall: time a task spends in memcg reclaim (and in global
+ *    direct reclaim), summed per cgroup v2 id of the reclaiming task;
+ *  - OOM kills: a count per victim cgroup v2 id, plus one ring buffer event
+ *    per kill (tp_btf/mark_victim, or fentry where that tracepoint is too
+ *    old, see the end of this file).
+ *
+ * Nothing is sent to user space per scheduler event: user space reads the
+ * hash maps when it wants numbers.
+ */
+#include "pressure.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/*
+ * Histogram slots. Slot 0 counts latencies below 1 us; slot i (1 <= i <
+ * RUNQ_SLOTS-1) counts [2^(i-1), 2^i) us; the last slot counts everything
+ * from 2^(RUNQ_SLOTS-2) us (~16.8 s) up.
+ */
+#define RUNQ_SLOTS 26
+
+struct runq_hist {
+	u64 slots[RUNQ_SLOTS];
+	u64 count;
+	u64 sum_ns;
+};
+
+struct mem_stats {
+	u64 reclaim_ns;
+	u64 reclaims;
+	u64 oom_kills;
+};
+
+/* Ring buffer record; decoded by oomRecord in bpf.go (40 bytes). */
+struct oom_event {
+	u64 boot_ns;   /* bpf_ktime_get_boot_ns() at the kill */
+	u64 cgroup_id; /* victim's cgroup v2 id */
+	u32 pid;       /* victim's tgid */
+	u32 tid;       /* victim task's pid */
+	char comm[TASK_COMM_LEN];
+};
+
+/* tid -> ktime (ns) at which the task became runnable, 0 while it runs or
+ * sleeps. LRU: entries of exited tasks are recycled. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, u64);
+} runq_start SEC(".maps");
+
+/* cgroup id -> run-queue latency histogram, one per CPU. Entries are
+ * allocated on first use (NO_PREALLOC): max_entries * ncpus values would
+ * otherwise be allocated up front. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 8192);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, u64);
+	__type(value, struct runq_hist);
+} runq_lat SEC(".maps");
+
+/* tid -> ktime (ns) at reclaim begin. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, u32);
+	__type(value, u64);
+} reclaim_start SEC(".maps");
+
+/* cgroup id -> reclaim stall and OOM kill counters, one per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 8192);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, u64);
+	__type(value, struct mem_stats);
+} cg_mem SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} oom_events SEC(".maps");
+
+static __always_inline u64 task_cgroup_id(struct task_struct *t)
+{
+	return BPF_CORE_READ(t, cgroups, dfl_cgrp, kn, id);
+}
+
+static __always_inline long task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return BPF_CORE_READ((struct task_struct___pre514 *)t, state);
+}
+
+/* floor(log2(v)) for v > 0. */
+static __always_inline u64 log2_u64(u64 v)
+{
+	u64 r = 0, s;
+
+	s = (v > 0xffffffffULL) << 5; v >>= s; r |= s;
+	s = (v > 0xffffULL) << 4;     v >>= s; r |= s;
+	s = (v > 0xffULL) << 3;       v >>= s; r |= s;
+	s = (v > 0xfULL) << 2;        v >>= s; r |= s;
+	s = (v > 0x3ULL) << 1;        v >>= s; r |= s;
+	r |= v >> 1;
+	return r;
+}
+
+/*
+ * A task's entry in runq_start is written in place: the ktime when it
+ * became runnable, 0 once it has run. Only a task's first wakeup inserts
+ * (an LRU update allocates and frees a node under locks; a lookup and a
+ * store do not), and nothing deletes: the LRU recycles entries of tasks
+ * gone.
+ */
+static __always_inline void mark_runnable(struct task_struct *p, u64 now)
+{
+	u32 tid = BPF_CORE_READ(p, pid);
+	u64 *start;
+
+	if (tid == 0) /* idle task */
+		return;
+	start = bpf_map_lookup_elem(&runq_start, &tid);
+	if (start) {
+		*start = now;
+		return;
+	}
+	bpf_map_update_elem(&runq_start, &tid, &now, BPF_ANY);
+}
+
+SEC("tp_btf/sched_wakeup")
+int on_sched_wakeup(u64 *ctx)
+{
+	/* TP_PROTO(struct task_struct *p) */
+	mark_runnable((struct task_struct *)ctx[0], bpf_ktime_get_ns());
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int on_sched_wakeup_new(u64 *ctx)
+{
+	/* TP_PROTO(struct task_struct *p) */
+	mark_runnable((struct task_struct *)ctx[0], bpf_ktime_get_ns());
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int on_sched_switch(u64 *ctx)
+{
+	/* TP_PROTO(bool preempt, struct task_struct *prev,
+	 *          struct task_struct *next[, unsigned int prev_state]) */
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	struct task_struct *next = (struct task_struct *)ctx[2];
+	u64 now = bpf_ktime_get_ns();
+	struct runq_hist *h;
+	u64 *start, delta, us, cgid, slot;
+	u32 tid;
+
+	/* Switched out while still runnable (preempted, yielded, throttled):
+	 * it waits on a run queue from now on. */
+	if (task_state(prev) == TASK_RUNNING)
+		mark_runnable(prev, now);
+
+	tid = BPF_CORE_READ(next, pid);
+	if (tid == 0)
+		return 0;
+	start = bpf_map_lookup_elem(&runq_start, &tid);
+	if (!start || *start == 0)
+		return 0;
+	delta = now - *start;
+	*start = 0;
+	if ((s64)delta < 0)
+		return 0;
+
+	cgid = task_cgroup_id(next);
+	h = bpf_map_lookup_elem(&runq_lat, &cgid);
+	if (!h) {
+		struct runq_hist zero = {};
+
+		bpf_map_update_elem(&runq_lat, &cgid, &zero, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&runq_lat, &cgid);
+		if (!h)
+			return 0;
+	}
+
+	us = delta / 1000;
+	slot = us ? log2_u64(us) + 1 : 0;
+	/* Keep clang from testing the bound on a copy of slot (log2 before
+	 * the +1): older verifiers (6.1) do not carry the bound over. */
+	asm volatile("" : "+r"(slot));
+	if (slot > RUNQ_SLOTS - 1)
+		slot = RUNQ_SLOTS - 1;
+	/* Per-CPU value, and sched_switch runs with the run queue locked and
+	 * interrupts off: plain increments are safe. */
+	h->slots[slot]++;
+	h->count++;
+	h->sum_ns += delta;
+	return 0;
+}
+
+static __always_inline struct mem_stats *mem_stats_get(u64 cgid)
+{
+	struct mem_stats *m = bpf_map_lookup_elem(&cg_mem, &cgid);
+
+	if (!m) {
+		struct mem_stats zero = {};
+
+		bpf_map_update_elem(&cg_mem, &cgid, &zero, BPF_NOEXIST);
+		m = bpf_map_lookup_elem(&cg_mem, &cgid);
+	}
+	return m;
+}
+
+static __always_inline void reclaim_begin(void)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u64 now = bpf_ktime_get_ns();
+
+	bpf_map_update_elem(&reclaim_start, &tid, &now, BPF_ANY);
+}
+
+static __always_inline void reclaim_end(void)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u64 *start, delta;
+	struct mem_stats *m;
+
+	start = bpf_map_lookup_elem(&reclaim_start, &tid);
+	if (!start)
+		return;
+	delta = bpf_ktime_get_ns() - *start;
+	bpf_map_delete_elem(&reclaim_start, &tid);
+	if ((s64)delta < 0)
+		return;
+
+	m = mem_stats_get(bpf_get_current_cgroup_id());
+	if (!m)
+		return;
+	/* Reclaim runs in process context and may be preempted: atomics. */
+	__sync_fetch_and_add(&m->reclaim_ns, delta);
+	__sync_fetch_and_add(&m->reclaims, 1);
+}
+
+/* The tracepoints' arguments (order, gfp flags, nr_reclaimed; a memcg id on
+ * newer kernels) are not read, so their changes across versions do not
+ * matter. */
+SEC("tp_btf/mm_vmscan_memcg_reclaim_begin")
+int on_memcg_reclaim_begin(u64 *ctx)
+{
+	reclaim_begin();
+	return 0;
+}
+
+SEC("tp_btf/mm_vmscan_memcg_reclaim_end")
+int on_memcg_reclaim_end(u64 *ctx)
+{
+	reclaim_end();
+	return 0;
+}
+
+SEC("tp_btf/mm_vmscan_direct_reclaim_begin")
+int on_direct_reclaim_begin(u64 *ctx)
+{
+	reclaim_begin();
+	return 0;
+}
+
+SEC("tp_btf/mm_vmscan_direct_reclaim_end")
+int on_direct_reclaim_end(u64 *ctx)
+{
+	reclaim_end();
+	return 0;
+}
+
+static __always_inline void oom_killed(struct task_struct *victim)
+{
+	u64 cgid = task_cgroup_id(victim);
+	struct oom_event *e;
+	struct mem_stats *m;
+
+	m = mem_stats_get(cgid);
+	if (m)
+		__sync_fetch_and_add(&m->oom_kills, 1);
+
+	e = bpf_ringbuf_reserve(&oom_events, sizeof(*e), 0);
+	if (!e)
+		return;
+	e->boot_ns = bpf_ktime_get_boot_ns();
+	e->cgroup_id = cgid;
+	e->pid = BPF_CORE_READ(victim, tgid);
+	e->tid = BPF_CORE_READ(victim, pid);
+	BPF_CORE_READ_STR_INTO(&e->comm, victim, comm);
+	bpf_ringbuf_submit(e, 0);
+}
+
+/*
+ * OOM kills. Three hooks; bpf.go loads exactly one, chosen from the running
+ * kernel's BTF:
+ *
+ * 1. tp_btf/mark_victim where its first argument is the victim's
+ *    task_struct (TP_PROTO(struct task_struct *task, uid_t uid): mainline
+ *    since 6.8 and backported to stable kernels, e.g. Debian's 6.1.192).
+ *    mark_oom_victim() runs right after __oom_kill_process() has sent the
+ *    SIGKILL, once per killed process (the chosen victim and, with
+ *    memory.oom.group, every other member), and also for a task that is
+ *    already exiting and only gets access to memory reserves. Needs no BPF
+ *    trampoline, unlike fentry.
+ * 2. fentry/__oom_kill_process(struct task_struct *victim, const char
+ *    *message) for kernels whose mark_victim only passes a pid
+ *    (TP_PROTO(int pid)): the function that sends the SIGKILL and counts
+ *    memory.events oom_kill.
+ * 3. fentry/oom_kill_process(struct oom_control *oc, const char *message)
+ *    and oc->chosen, where __oom_kill_process was inlined away (no BTF
+ *    function); it misses oom.group members.
+ */
+SEC("tp_btf/mark_victim")
+int on_mark_victim(u64 *ctx)
+{
+	oom_killed((struct task_struct *)ctx[0]);
+	return 0;
+}
+
+SEC("fentry/__oom_kill_process")
+int on_oom_kill(u64 *ctx)
+{
+	oom_killed((struct task_struct *)ctx[0]);
+	return 0;
+}
+
+SEC("fentry/oom_kill_process")
+int on_oom_kill_chosen(u64 *ctx)
+{
+	struct oom_control *oc = (struct oom_control *)ctx[0];
+
+	oom_killed(BPF_CORE_READ(oc, chosen));
+	return 0;
+}

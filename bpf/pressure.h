@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: (MIT OR GPL-2.0-only) */
+/*
+ * The few kernel and UAPI types pressure.bpf.c needs, written by hand
+ * instead of a generated multi-megabyte vmlinux.h.
+ *
+ * Kernel structs carry preserve_access_index: clang records every field
+ * access as a CO-RE relocation and the loader (cilium/ebpf) rewrites the
+ * offsets against the running kernel's BTF (/sys/kernel/btf/vmlinux). So a
+ * struct here lists only the fields the programs read, in any order, and the
+ * layout of the real kernel does not matter.
+ */
+#ifndef RESIZE_AGENT_PRESSURE_H
+#define RESIZE_AGENT_PRESSURE_H
+
+typedef unsigned char __u8;
+typedef signed char __s8;
+typedef unsigned short __u16;
+typedef signed short __s16;
+typedef unsigned int __u32;
+typedef signed int __s32;
+typedef unsigned long long __u64;
+typedef signed long long __s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+
+typedef __u8 u8;
+typedef __u32 u32;
+typedef __s32 s32;
+typedef __u64 u64;
+typedef __s64 s64;
+typedef _Bool bool;
+
+/* UAPI values from include/uapi/linux/bpf.h (stable ABI). */
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_PERCPU_HASH = 5,
+	BPF_MAP_TYPE_LRU_HASH = 9,
+	BPF_MAP_TYPE_RINGBUF = 27,
+};
+
+enum {
+	BPF_ANY = 0,
+	BPF_NOEXIST = 1,
+	BPF_EXIST = 2,
+};
+
+enum {
+	BPF_F_NO_PREALLOC = (1U << 0),
+};
+
+#define TASK_RUNNING 0
+#define TASK_COMM_LEN 16
+
+/* Kernel types (CO-RE). */
+#define __pai __attribute__((preserve_access_index))
+
+struct kernfs_node {
+	u64 id; /* == inode number of the cgroupfs directory on 64-bit */
+} __pai;
+
+struct cgroup {
+	struct kernfs_node *kn;
+} __pai;
+
+struct css_set {
+	struct cgroup *dfl_cgrp; /* the task's cgroup on the v2 hierarchy */
+} __pai;
+
+struct task_struct {
+	unsigned int __state; /* 5.14+ */
+	int pid;
+	int tgid;
+	char comm[TASK_COMM_LEN];
+	struct css_set *cgroups;
+} __pai;
+
+/* task_struct before 5.14 called the state field "state" (a long). The
+ * ___suffix is dropped by CO-RE when matching against kernel BTF. */
+struct task_struct___pre514 {
+	long state;
+} __pai;
+
+struct oom_control {
+	struct task_struct *chosen;
+} __pai;
+
+#endif

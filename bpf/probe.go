@@ -1,0 +1,85 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// ErrNotSupported is matched (errors.Is) by errors of Probe and Load that
+// are caused by a kernel lacking what the programs need: BTF, a program,
+// map or attach type, a hook. Those errors also still match cilium/ebpf's
+// own ebpf.ErrNotSupported where that was the cause.
+var ErrNotSupported = errors.New("bpf: not supported by this kernel")
+
+func notSupported(what string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrNotSupported, what, err)
+}
+
+// classify wraps err so that it matches ErrNotSupported when cilium/ebpf
+// says the kernel lacks a feature or an attach target.
+func classify(what string, err error) error {
+	if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, btf.ErrNotFound) {
+		return notSupported(what, err)
+	}
+	return fmt.Errorf("bpf: %s: %w", what, err)
+}
+
+// Probe checks quickly whether Load can work here: kernel BTF, the map
+// types, and that trivial programs of the attach types Load uses load and
+// attach: tp_btf on sched_switch and the OOM hook Load would pick
+// (tp_btf/mark_victim, or fentry on older kernels). It needs the
+// same privileges as Load. Missing kernel features give an error matching
+// ErrNotSupported; a lack of privileges gives a permission error.
+func Probe() error {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("bpf: raising RLIMIT_MEMLOCK: %w", err)
+	}
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		return notSupported("kernel BTF", err)
+	}
+	for _, mt := range []ebpf.MapType{ebpf.Hash, ebpf.PerCPUHash, ebpf.LRUHash, ebpf.RingBuf} {
+		if err := features.HaveMapType(mt); err != nil {
+			return classify("map type "+mt.String(), err)
+		}
+	}
+	oom, err := chooseOOMHook(kernel, "")
+	if err != nil {
+		return err
+	}
+	if err := probeAttach(kernel, ebpf.AttachTraceRawTp, "sched_switch"); err != nil {
+		return err
+	}
+	return probeAttach(kernel, oom.attach, oom.target)
+}
+
+func probeAttach(kernel *btf.Spec, at ebpf.AttachType, to string) error {
+	what := fmt.Sprintf("%s program on %s", at, to)
+	prog, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
+		Name:       "resize_probe",
+		Type:       ebpf.Tracing,
+		AttachType: at,
+		AttachTo:   to,
+		License:    "Dual MIT/GPL",
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R0, 0),
+			asm.Return(),
+		},
+	}, ebpf.ProgramOptions{KernelTypes: kernel})
+	if err != nil {
+		return classify("loading "+what, err)
+	}
+	defer prog.Close()
+	l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+	if err != nil {
+		return classify("attaching "+what, err)
+	}
+	return l.Close()
+}
