@@ -15,15 +15,17 @@
 //     (memory.high/memory.max) and in global direct reclaim, and how many
 //     reclaims (tp_btf mm_vmscan_memcg_reclaim_begin/end,
 //     mm_vmscan_direct_reclaim_begin/end);
-//   - OOM kills per victim cgroup (fentry __oom_kill_process), each also
-//     sent as an [OOMEvent].
+//   - OOM kills per victim cgroup (tp_btf mark_victim; fentry on
+//     __oom_kill_process or oom_kill_process on kernels whose mark_victim
+//     tracepoint only passes a pid), each also sent as an [OOMEvent].
 //
 // No event crosses to user space per context switch: [Tracker.Stats] and
 // [Tracker.All] read per-CPU hash maps and sum them.
 //
 // It needs root (CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN), kernel BTF
-// (/sys/kernel/btf/vmlinux) and Linux 5.8 or later (BPF ring buffer, tp_btf,
-// fentry); it is verified on 6.1 and 6.18. Where the kernel lacks something,
+// (/sys/kernel/btf/vmlinux) and Linux 6.1 or later (tp_btf, BPF ring
+// buffer, and hash maps allocated on use from tracing programs); it is
+// verified on 6.1 and 6.18. Where the kernel lacks something,
 // [Probe] and [Load] return an error matching [ErrNotSupported].
 //
 // The BPF C source is pressure.bpf.c with its own small header of kernel

@@ -3,6 +3,7 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -23,12 +24,28 @@ func notSupported(what string, err error) error {
 }
 
 // classify wraps err so that it matches ErrNotSupported when cilium/ebpf
-// says the kernel lacks a feature or an attach target.
+// says the kernel lacks a feature or an attach target, or the verifier
+// refuses something that newer kernels allow.
 func classify(what string, err error) error {
-	if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, btf.ErrNotFound) {
+	if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, btf.ErrNotFound) || verifierTooOld(err) {
 		return notSupported(what, err)
 	}
 	return fmt.Errorf("bpf: %s: %w", what, err)
+}
+
+// verifierTooOld recognises the verifier of kernels before 6.1, which
+// allows tracing programs only preallocated hash maps.
+func verifierTooOld(err error) bool {
+	var ve *ebpf.VerifierError
+	if !errors.As(err, &ve) {
+		return false
+	}
+	for _, line := range ve.Log {
+		if strings.Contains(line, "can only use preallocated hash map") {
+			return true
+		}
+	}
+	return false
 }
 
 // Probe checks quickly whether Load can work here: kernel BTF, the map

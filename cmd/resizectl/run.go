@@ -319,7 +319,7 @@ func age(t time.Time) string {
 }
 
 func containerTable(w io.Writer, cs []agent.ContainerInfo) {
-	fmt.Fprintln(w, "NAME\tCGROUP\tQOS\tREQUESTS (cpu/mem)\tLIMITS (cpu/mem)\tCPU.MAX\tCPU.WEIGHT\tMEMORY.MAX\tMEMORY.CURRENT\tPENDING")
+	fmt.Fprintln(w, "NAME\tCGROUP\tQOS\tREQUESTS (cpu/mem)\tLIMITS (cpu/mem)\tCPU.MAX\tCPU.WEIGHT\tMEMORY.MAX\tMEMORY.CURRENT\tCPU STALL\tTHROTTLED\tOOM KILLS\tPENDING")
 	for _, c := range cs {
 		cpuMax, weight, memMax, memCur := "?", "?", "?", "?"
 		if v := c.Cgroup; v != nil {
@@ -329,10 +329,17 @@ func containerTable(w io.Writer, cs []agent.ContainerInfo) {
 		if pending == "" {
 			pending = "-"
 		}
+		stall, throttled, ooms := "-", "-", "-"
+		if p := c.Pressure; p != nil && len(p.Sources) > 0 {
+			stall = fmt.Sprintf("%.2fs (%s)", p.CPUStallSeconds, p.Sources[0])
+			throttled = fmt.Sprintf("%d/%d", p.ThrottledPeriods, p.Periods)
+			ooms = fmt.Sprint(p.OOMKills)
+		}
 		r := c.Resources
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s/%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.CgroupPath, c.QOSClass,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s/%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.CgroupPath, c.QOSClass,
 			orDash(r.CPURequest, intent.FormatCPU), orDash(r.MemoryRequest, intent.FormatMemory),
-			orDash(r.CPULimit, intent.FormatCPU), orDash(r.MemoryLimit, intent.FormatMemory), cpuMax, weight, memMax, memCur, pending)
+			orDash(r.CPULimit, intent.FormatCPU), orDash(r.MemoryLimit, intent.FormatMemory), cpuMax, weight, memMax, memCur,
+			stall, throttled, ooms, pending)
 	}
 }
 

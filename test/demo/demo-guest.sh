@@ -106,12 +106,16 @@ ctl list
 ctl containers
 
 say "metrics (http://$METRICS/metrics)"
-wget -qO- "http://$METRICS/metrics" | grep -E '^resize_agent_(resize_duration_seconds_(count|sum)|resizes_total|intents_in_flight|node_|managed|cgroup_writes)' 
+wget -qO- "http://$METRICS/metrics" >/tmp/metrics.txt
+grep -E '^resize_agent_(resize_duration_seconds_(count|sum)|resizes_total|intents_in_flight|node_|managed|cgroup_writes|runtime_calls|pressure_source)' /tmp/metrics.txt
+echo "... and per container (pressure, named as cAdvisor names them):"
+grep -E '^(container_cpu_cfs_throttled_(periods|seconds)_total|container_pressure_cpu_waiting_seconds_total|container_oom_events_total|resize_agent_container_runqueue_latency_seconds_(count|sum))\{container="busy"' /tmp/metrics.txt
 
 say "stopping the agent"
 kill -TERM "$AGENT"
 wait "$AGENT" || true
-tail -n 12 /tmp/agent.log
+grep -E 'eBPF|pressure|shutting down' /tmp/agent.log || true
+tail -n 4 /tmp/agent.log
 if [ -n "${POD:-}" ]; then
 	crictl stopp "$POD" >/dev/null && crictl rmp "$POD" >/dev/null
 else
