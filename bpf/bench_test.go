@@ -97,10 +97,11 @@ func measure(tb testing.TB, pairs, rounds int) sample {
 // rounds, BPF first in odd ones, so that drift cancels), and reports what
 // the programs add:
 //
-//	ns/event       median over the rounds of the CPU time (this process,
-//	               getrusage) added per context switch of the workload;
-//	               each switch also means one wakeup, so it covers a
-//	               sched_switch and a sched_wakeup program run
+//	ns/event       CPU time (this process, getrusage) added per context
+//	               switch of the workload, over all rounds; each switch
+//	               also means about one wakeup, so it covers a
+//	               sched_switch and a sched_wakeup program run (the log
+//	               line has the per-round values and their median)
 //	wall-ns/event  the same from wall-clock time x NumCPU
 //	cpu%-base, cpu%-bpf  the workload's CPU share of the machine
 //	ctxsw/s-base, ctxsw/s-bpf  context switches per second
@@ -186,8 +187,8 @@ func BenchmarkSchedOverhead(b *testing.B) {
 
 	share := func(s sample) float64 { return 100 * float64(s.cpu) / (float64(s.wall) * ncpu) }
 	rate := func(s sample) float64 { return float64(s.ctxsw) / s.wall.Seconds() }
-	b.ReportMetric(median(cpuAdded), "ns/event")
-	b.ReportMetric(median(wallAdded), "wall-ns/event")
+	b.ReportMetric(perSwitch(withBPF.cpu, withBPF)-perSwitch(base.cpu, base), "ns/event")
+	b.ReportMetric((perSwitch(withBPF.wall, withBPF)-perSwitch(base.wall, base))*ncpu, "wall-ns/event")
 	b.ReportMetric(share(base), "cpu%-base")
 	b.ReportMetric(share(withBPF), "cpu%-bpf")
 	b.ReportMetric(rate(base), "ctxsw/s-base")
@@ -198,9 +199,10 @@ func BenchmarkSchedOverhead(b *testing.B) {
 	if ns, ok := progNs[pressureProgOnSchedWakeup]; ok {
 		b.ReportMetric(ns, "wakeup-prog-ns/run")
 	}
-	b.Logf("%d pairs, %d round trips per pair and phase, %d rounds: base %v wall, %v CPU, %d switches (%.0f CPU ns/switch); with BPF %v wall, %v CPU, %d switches (%.0f CPU ns/switch); CPU ns added per switch by round %.0f",
+	b.Logf("%d pairs, %d round trips per pair and phase, %d rounds: base %v wall, %v CPU, %d switches (%.0f CPU ns/switch); with BPF %v wall, %v CPU, %d switches (%.0f CPU ns/switch); CPU ns added per switch by round %.0f (median %.0f), wall x NumCPU %.0f (median %.0f)",
 		pairs, b.N, rounds, base.wall, base.cpu, base.ctxsw, perSwitch(base.cpu, base),
-		withBPF.wall, withBPF.cpu, withBPF.ctxsw, perSwitch(withBPF.cpu, withBPF), cpuAdded)
+		withBPF.wall, withBPF.cpu, withBPF.ctxsw, perSwitch(withBPF.cpu, withBPF),
+		cpuAdded, median(cpuAdded), wallAdded, median(wallAdded))
 }
 
 func median(v []float64) float64 {

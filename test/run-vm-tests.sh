@@ -25,5 +25,9 @@ CGO_ENABLED=0 go build -trimpath -o "$payload/bin/" ./cmd/...
 cp test/vm-tests-guest.sh "$payload/run-tests.sh"
 
 test/vm/vm.sh prepare
-exec test/vm/vm.sh run --payload "$payload" --containerd --mem 2G --cpus 2 --timeout 900 \
+# One vCPU: under TCG with two, the guest kernel can lock up while it patches
+# the sched_switch tracepoint site for BPF attach/detach (one vCPU spinning
+# at the site with interrupts off, the other waiting in text_poke); seen in
+# about 1 of 9 runs with 2 vCPUs and never in 300 cycles with 1.
+exec test/vm/vm.sh run --payload "$payload" --containerd --mem 2G --cpus 1 --timeout 900 \
 	--env RESIZE_AGENT_REQUIRE_CGROUP2=1 --env RESIZE_AGENT_REQUIRE_BPF=1 -- sh /payload/run-tests.sh

@@ -90,7 +90,10 @@ echo "kernel's cpu.max is unchanged: \"$(cat "$CG$CGPATH/cpu.max")\""
 
 say "a resize that cannot fit yet: Deferred, then Completed once busy shrinks"
 if [ -n "${BATCH:-}" ]; then BT="--pod-uid $UID_"; else BT="--cgroup /resize-demo/batch"; fi
-ctl resize batch $BT --cpu-request 1700m
+# Allocatable less 200m: it fits the node, but not beside busy's 250m;
+# it does once busy is down to 100m.
+BIG=$(resizectl --socket "$SOCK" node -o json | awk -F'[:,]' '/"milliCPU"/ {print $2 - 200; exit}')m
+ctl resize batch $BT --cpu-request "$BIG"
 ctl resize busy $TARGET --cpu-request 100m --cpu-limit 800m
 sleep 0.5
 ctl list --container batch
