@@ -9,13 +9,18 @@
 # command from /harness/cmd, send back collected directories, print
 # VMHARNESS-EXIT=<status> and power off.
 #
+# With VMH_SYSTEMD=1 (vm.sh run --systemd), stage 2 only writes a few unit
+# files and execs Debian's systemd as PID 1, which mounts the API filesystems
+# and cgroup2 itself; its unit vmharness.service runs this script again as
+# stage 3, which does the rest of stage 2's work (no mounts) as a service.
+#
 # Files written by vm.sh into the initramfs:
 #   /harness/config   shell variables (VMH_*), sourced below
 #   /harness/cmd      the command, as a shell script (already quoted)
 #   /harness/modules  kernel module paths (relative to /lib/modules/<ver>), load order
 B=/bin/busybox
 
-if [ "$1" != stage2 ]; then
+if [ "$1" != stage2 ] && [ "$1" != stage3 ]; then
 	$B echo
 	$B echo "VMHARNESS-INIT stage1"
 	$B mkdir -p /newroot
@@ -50,7 +55,58 @@ fail() {
 	sleep 10
 }
 
+if [ "${VMH_SYSTEMD:-0}" = 1 ] && [ "$1" = stage2 ]; then
+	mkdir -p /etc/systemd/system /etc/systemd/system.conf.d /var/lib /var/log /run /tmp
+	# Accounting on for every unit, so that systemd enables the cpu, memory,
+	# io and pids controllers all the way down (as on a kubelet node).
+	cat >/etc/systemd/system.conf.d/vmharness.conf <<EOF
+[Manager]
+DefaultCPUAccounting=yes
+DefaultMemoryAccounting=yes
+DefaultIOAccounting=yes
+DefaultTasksAccounting=yes
+DefaultStandardOutput=tty
+EOF
+	cat >/etc/systemd/system/vmharness.target <<EOF
+[Unit]
+Description=vmharness
+Requires=vmharness.service
+AllowIsolate=yes
+EOF
+	cat >/etc/systemd/system/vmharness.service <<EOF
+[Unit]
+Description=vmharness command
+DefaultDependencies=no
+
+[Service]
+Type=simple
+ExecStart=/bin/busybox sh /init stage3
+StandardInput=null
+StandardOutput=tty
+StandardError=inherit
+TTYPath=/dev/console
+TTYReset=no
+TTYVHangup=no
+Delegate=yes
+KillMode=process
+TimeoutStartSec=infinity
+EOF
+	log "stage2: exec systemd"
+	# shellcheck disable=SC2093
+	exec /lib/systemd/systemd
+	fail "exec /lib/systemd/systemd failed"
+fi
+
 mkdir -p /proc /sys /dev /tmp /run /var/lib /var/log /etc
+if [ "$1" = stage3 ]; then
+	# stdout is the console (a tty): no pager, no colours, no size probing.
+	export SYSTEMD_PAGER=cat SYSTEMD_COLORS=0 SYSTEMD_URLIFY=0 TERM=dumb COLUMNS=250
+	log "stage3 (systemd $(systemctl --version | head -1 | cut -d' ' -f2), $(cut -d' ' -f1 /proc/uptime)s since kernel start)"
+	mounted() { grep -q " $1 " /proc/mounts; }
+	mounted /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+	mounted /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+	mounted /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+else
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 log "stage2 up ($(cut -d' ' -f1 /proc/uptime)s since kernel start)"
@@ -73,6 +129,7 @@ ln -sf /proc/self/fd /dev/fd 2>/dev/null
 ln -sf /proc/self/fd/0 /dev/stdin 2>/dev/null
 ln -sf /proc/self/fd/1 /dev/stdout 2>/dev/null
 ln -sf /proc/self/fd/2 /dev/stderr 2>/dev/null
+fi
 
 hostname vmharness
 echo vmharness >/etc/hostname
@@ -93,7 +150,10 @@ if [ -f /harness/modules ]; then
 	done </harness/modules
 fi
 
-# cgroup v2: delegate controllers from the root.
+# cgroup v2: delegate controllers from the root (systemd does it itself).
+if [ "$1" = stage3 ]; then
+	log "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control) (systemd)"
+else
 want="cpuset cpu io memory pids hugetlb"
 ctrl=""
 for c in $want; do
@@ -102,12 +162,15 @@ done
 # shellcheck disable=SC2086
 echo $ctrl >/sys/fs/cgroup/cgroup.subtree_control || fail "cannot enable controllers:$ctrl"
 log "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+fi
 
 if [ "${VMH_CONTAINERD:-0}" = 1 ]; then
 	snap=native
 	if grep -qw overlay /proc/filesystems; then snap=overlayfs; fi
 	export CONTAINERD_SNAPSHOTTER=$snap
 	mkdir -p /etc/containerd /var/lib/containerd /run/containerd /opt/cni/bin /etc/cni/net.d
+	sdcg=false
+	[ "$1" = stage3 ] && sdcg=true
 	ctdver=$(containerd --version 2>/dev/null | cut -d' ' -f3)
 	case "$ctdver" in
 	v1.* | 1.*)
@@ -131,7 +194,7 @@ state = '/run/containerd'
         runtime_type = 'io.containerd.runc.v2'
         [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc.options]
           BinaryName = '/usr/local/bin/runc'
-          SystemdCgroup = false
+          SystemdCgroup = $sdcg
     [plugins.'io.containerd.grpc.v1.cri'.cni]
       bin_dir = '/opt/cni/bin'
       conf_dir = '/etc/cni/net.d'
@@ -160,7 +223,7 @@ state = '/run/containerd'
         runtime_type = 'io.containerd.runc.v2'
         [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
           BinaryName = '/usr/local/bin/runc'
-          SystemdCgroup = false
+          SystemdCgroup = $sdcg
     [plugins.'io.containerd.cri.v1.runtime'.cni]
       bin_dirs = ['/opt/cni/bin']
       conf_dir = '/etc/cni/net.d'
@@ -170,7 +233,7 @@ state = '/run/containerd'
 EOF
 		;;
 	esac
-	log "starting containerd ($ctdver), snapshotter $snap"
+	log "starting containerd ($ctdver), snapshotter $snap, SystemdCgroup=$sdcg"
 	containerd --config /etc/containerd/config.toml >/var/log/containerd.log 2>&1 &
 	echo $! >/run/containerd.pid
 	i=0

@@ -3,7 +3,7 @@
 # 6.1 kernel booted from an initramfs) with optional containerd 2.x + runc.
 #
 #   test/vm/vm.sh prepare
-#   test/vm/vm.sh run [--payload DIR]... [--containerd] [--collect GUESTDIR:HOSTDIR]...
+#   test/vm/vm.sh run [--payload DIR]... [--containerd] [--systemd] [--collect GUESTDIR:HOSTDIR]...
 #                     [--mem 2G] [--cpus 2] [--timeout SECONDS] [--env KEY=VALUE]...
 #                     [--quiet] [--console-log FILE] [--containerd-log] -- CMD [ARGS...]
 #   test/vm/vm.sh accel        # prints kvm or tcg (what `run` would use)
@@ -289,6 +289,56 @@ ensure_runtime() {
 }
 
 # ---------------------------------------------------------------------------
+# systemd (for run --systemd): Debian's systemd + libsystemd-shared packages
+# (apt-get download + dpkg-deb -x), their other shared libraries as the host's
+# ldd resolves them. No dbus-daemon: as root, systemctl, runc and the agent
+# talk to systemd over its private socket /run/systemd/private.
+# ---------------------------------------------------------------------------
+SD=$CACHE/systemd
+SYSTEMD_FILES=(lib/systemd/systemd lib/systemd/systemd-shutdown lib/systemd/systemd-executor
+	bin/systemctl usr/bin/systemd-run usr/bin/systemd-cgls usr/bin/systemd-analyze
+	etc/systemd/system.conf)
+ensure_systemd() {
+	[[ -f $SD/ready ]] && return
+	apt_update_once
+	rm -rf "$SD.tmp"
+	mkdir -p "$SD.tmp/deb"
+	chown _apt "$SD.tmp/deb" 2>/dev/null || true
+	msg "fetching Debian systemd + libsystemd-shared packages"
+	(cd "$SD.tmp/deb" && apt-get download systemd libsystemd-shared >&2) || return 1
+	local f x=$SD.tmp/x s=$SD.tmp/stage
+	for f in "$SD.tmp"/deb/*.deb; do dpkg-deb -x "$f" "$x" || return 1; done
+	[[ -x $x/lib/systemd/systemd ]] || return 1
+	mkdir -p "$s"
+	for f in "${SYSTEMD_FILES[@]}"; do
+		[[ -e $x/$f ]] || continue
+		mkdir -p "$s/$(dirname "$f")"
+		cp -a "$x/$f" "$s/$f"
+	done
+	local sdlib=usr/lib/x86_64-linux-gnu/systemd
+	mkdir -p "$s/$sdlib"
+	cp -a "$x/$sdlib"/*.so "$s/$sdlib/"
+	# The packages' own libraries first, the rest from the host.
+	for f in "${SYSTEMD_FILES[@]}"; do
+		[[ -f $s/$f && $f != etc/* ]] || continue
+		LD_LIBRARY_PATH=$x/$sdlib copy_libs "$s/$f" "$s" || return 1
+	done
+	rm -rf "$s/$x" # copy_libs puts the package's libsystemd-* under their extraction path
+	find "$s" -depth -type d -empty -delete
+	mkdir -p "$s/etc/systemd/system" "$s/var/lib/systemd"
+	: >"$s/etc/machine-id"
+	printf 'PRETTY_NAME="vmharness (Debian systemd %s)"\nID=vmharness\n' \
+		"$(dpkg-deb -f "$SD.tmp"/deb/systemd_*.deb Version)" >"$s/etc/os-release"
+	dpkg-deb -f "$SD.tmp"/deb/systemd_*.deb Version >"$SD.tmp/version"
+	mkcpio "$s" "$SD.tmp/systemd.cpio"
+	rm -rf "$x" "$s" "$SD.tmp/deb"
+	rm -rf "$SD"
+	mv "$SD.tmp" "$SD"
+	touch "$SD/ready"
+	msg "systemd $(cat "$SD/version") staged"
+}
+
+# ---------------------------------------------------------------------------
 # OCI images (busybox, pause)
 # ---------------------------------------------------------------------------
 IMG=$CACHE/images
@@ -401,6 +451,7 @@ cmd_prepare() {
 	ensure_runtime
 	ensure_images
 	ensure_cpios
+	ensure_systemd || msg "warning: systemd packages not available (run --systemd will fail)"
 	unlock_cache
 	msg "prepare done in $(elapsed "$t0" "$(now)")s (cache $CACHE; runtime: $(cat "$RUNTIME_DIR/SOURCE"))"
 }
@@ -517,7 +568,7 @@ usage() {
 }
 
 cmd_run() {
-	local payloads=() collects=() envs=() containerd=0 mem=2G cpus=2 timeout=600 quiet=0 console_log="" ctd_log=${VM_CONTAINERD_LOG:-0}
+	local payloads=() collects=() envs=() containerd=0 systemd=0 mem=2G cpus=2 timeout=600 quiet=0 console_log="" ctd_log=${VM_CONTAINERD_LOG:-0}
 	while (($#)); do
 		case $1 in
 		--payload) payloads+=("$2"); shift 2 ;;
@@ -527,6 +578,7 @@ cmd_run() {
 		--env) envs+=("$2"); shift 2 ;;
 		--env=*) envs+=("${1#*=}"); shift ;;
 		--containerd) containerd=1; shift ;;
+		--systemd) systemd=1; shift ;;
 		--containerd-log) ctd_log=1; shift ;;
 		--mem) mem=$2; shift 2 ;;
 		--mem=*) mem=${1#*=}; shift ;;
@@ -551,6 +603,11 @@ cmd_run() {
 	for c in "${envs[@]}"; do [[ $c =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env $c: expected KEY=VALUE"; done
 
 	ensure_prepared
+	if ((systemd)); then
+		lock_cache
+		ensure_systemd || die "fetching/staging Debian's systemd failed"
+		unlock_cache
+	fi
 	resolve_accel
 
 	local work
@@ -579,6 +636,7 @@ cmd_run() {
 	{
 		echo "VMH_CONTAINERD=$containerd"
 		echo "VMH_CONTAINERD_LOG=$ctd_log"
+		echo "VMH_SYSTEMD=$systemd"
 		echo "VMH_NCOLLECT=${#collects[@]}"
 		for i in "${!collects[@]}"; do
 			echo "VMH_COLLECT_$i=$(squote "${collects[$i]%%:*}")"
@@ -594,15 +652,17 @@ cmd_run() {
 	} >"$s/harness/cmd"
 	mkcpio "$s" "$work/run.cpio"
 	rm -rf "$s"
-	if ((containerd)); then
-		cat "$CP/base.cpio" "$CP/containerd.cpio" "$work/run.cpio" >"$work/initrd"
-	else
-		cat "$CP/base.cpio" "$work/run.cpio" >"$work/initrd"
-	fi
+	local parts=("$CP/base.cpio")
+	((containerd)) && parts+=("$CP/containerd.cpio")
+	((systemd)) && parts+=("$SD/systemd.cpio")
+	cat "${parts[@]}" "$work/run.cpio" >"$work/initrd"
+	local sdargs=""
+	# systemd as PID 1: our own target only, status lines off under --quiet.
+	((systemd)) && sdargs="systemd.unit=vmharness.target systemd.firstboot=0 systemd.show_status=$( ((quiet)) && echo error || echo auto)"
 
 	local qemu=(qemu-system-x86_64 -m "$mem" -smp "$cpus"
 		-kernel "$(boot_kernel)" -initrd "$work/initrd"
-		-append "console=ttyS0 loglevel=3 panic=-1 rdinit=/init edd=off mitigations=off tsc=reliable ${VM_KERNEL_ARGS:-}"
+		-append "console=ttyS0 loglevel=3 panic=-1 rdinit=/init edd=off mitigations=off tsc=reliable $sdargs ${VM_KERNEL_ARGS:-}"
 		-nographic -nic none -no-reboot)
 	if [[ $ACCEL == kvm ]]; then
 		qemu+=(-accel kvm -cpu host)
@@ -647,7 +707,7 @@ cmd_run() {
 		wait $!
 	) </dev/null 2>"$work/qemu.err" |
 		"${awk[@]}" -v t0="$t0" -v quiet="$quiet" -v w="$work" -v clog="$console_log" \
-			-v info="accel $ACCEL, $cpus cpus, $mem" "$CONSOLE_AWK" || true
+			-v info="accel $ACCEL, $cpus cpus, $mem$( ((systemd)) && echo ', systemd')" "$CONSOLE_AWK" || true
 	for ((i = 0; i < 250; i++)); do [[ -s $work/qemu.pid ]] && break; sleep 0.02; done
 	QEMU_PID=$(cat "$work/qemu.pid" 2>/dev/null || true)
 	kill -0 "$QEMU_PID" 2>/dev/null && sleep 0.2
