@@ -103,22 +103,27 @@ func fsName(t int64) string {
 	return "0x" + strconv.FormatInt(t, 16)
 }
 
-// dir validates p and returns its directory on disk.
+// dir validates p and returns its directory on disk. Every element of the
+// path must be a directory, not a symlink: a link anywhere along it (not
+// only at its end) could lead out of the root. cgroupfs has no symlinks, so
+// this only refuses roots laid out by hand.
 func (m *Manager) dir(p string) (string, string, error) {
 	clean, err := CleanPath(p)
 	if err != nil {
 		return "", "", err
 	}
-	d := filepath.Join(m.mountpoint, clean)
-	fi, err := os.Lstat(d)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "", "", fmt.Errorf("%w: %s", ErrNotFound, clean)
-	case err != nil:
-		return "", "", fmt.Errorf("cgroup %s: %w", clean, err)
-	case !fi.IsDir():
-		// Refuses symlinks too, so a link cannot lead out of the root.
-		return "", "", fmt.Errorf("%w: %s is not a cgroup directory", ErrNotFound, clean)
+	d := m.mountpoint
+	for _, elem := range strings.Split(clean[1:], "/") {
+		d = filepath.Join(d, elem)
+		fi, err := os.Lstat(d)
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR):
+			return "", "", fmt.Errorf("%w: %s", ErrNotFound, clean)
+		case err != nil:
+			return "", "", fmt.Errorf("cgroup %s: %w", clean, err)
+		case !fi.IsDir():
+			return "", "", fmt.Errorf("%w: %s is not a cgroup directory", ErrNotFound, clean)
+		}
 	}
 	return clean, d, nil
 }
@@ -313,12 +318,20 @@ func (m *Manager) LimitsOf(p string) (Limits, error) {
 // clean path relative to the root (when the agent shares the host's cgroup
 // namespace, as a DaemonSet with hostPID does).
 func (m *Manager) PathOf(pid int) (string, error) {
-	p, err := cgroup2.PidGroupPath(pid)
+	f, err := os.Open(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("%w: process %d is gone", ErrNotFound, pid)
 		}
 		return "", fmt.Errorf("cgroup of process %d: %w", pid, err)
 	}
-	return CleanPath(p)
+	defer f.Close()
+	p, err := parseProcCgroup(f)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return "", fmt.Errorf("%w: process %d is gone", ErrNotFound, pid)
+		}
+		return "", fmt.Errorf("cgroup of process %d: %w", pid, err)
+	}
+	return p, nil
 }

@@ -1,0 +1,3 @@
+package cgroup
+
+var ParseProcCgroup = parseProcCgroup
