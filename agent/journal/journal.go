@@ -1,0 +1,500 @@
+package journal
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/resizer/resize-agent/agent/intent"
+)
+
+// File names in the state directory.
+const (
+	FileName = "intents.jsonl"
+	lockName = "lock"
+	tmpName  = FileName + ".tmp"
+)
+
+// Record is the whole of one intent at one moment. The last record of an
+// intent in the file is its state.
+type Record struct {
+	// Seq is the agent's acceptance order of the intent.
+	Seq uint64 `json:"seq"`
+	// Container is the agent's key of the intent's container.
+	Container string        `json:"container"`
+	Intent    intent.Intent `json:"intent"`
+	// Resources is, on a Completed intent, what its container was left with.
+	Resources *Resources `json:"resources,omitempty"`
+}
+
+// Resources is what a container was given, and which resources intents
+// have declared (the agent writes only those).
+type Resources struct {
+	intent.Resources
+	CPU    bool `json:"cpu"`
+	Memory bool `json:"memory"`
+}
+
+// Ticket is a record's place in the file, for Wait.
+type Ticket struct {
+	batch uint64
+	err   error
+}
+
+// Stats describe the journal.
+type Stats struct {
+	Size        int64 // bytes in the file
+	Intents     int   // intents it holds
+	Compactions int
+	// CompactErr is the last compaction's failure; the journal goes on
+	// appending to the uncompacted file.
+	CompactErr error
+}
+
+// Option configures a Journal.
+type Option func(*Journal)
+
+// WithHistory sets how many terminal intents compaction keeps besides
+// each container's last Completed one (default 10000, the agent's history).
+func WithHistory(n int) Option { return func(j *Journal) { j.history = n } }
+
+// WithCompactAt sets the size from which the file is compacted (default
+// 1 MiB); it is also compacted whenever it has doubled since the last
+// compaction.
+func WithCompactAt(bytes int64) Option { return func(j *Journal) { j.compactAt = bytes } }
+
+// Journal is safe for concurrent use.
+type Journal struct {
+	dir, path string
+	history   int
+	compactAt int64
+	lock      *os.File
+	records   []Record // as replayed by Open
+
+	mu      sync.Mutex
+	work    *sync.Cond // the writer waits for records
+	flushed *sync.Cond // Wait waits for the writer
+	queue   []byte     // lines not yet written
+	queued  []entry
+	batch   uint64 // the batch being queued
+	durable uint64 // every batch up to this one is on disk
+	err     error  // sticky: every batch from failedAt on failed
+	closing bool
+	stats   Stats
+	done    chan struct{}
+
+	// The writer's own.
+	f     *os.File
+	size  int64
+	base  int64 // size after the last compaction
+	index map[string]entry
+}
+
+// entry is the last line of one intent.
+type entry struct {
+	id, key string
+	seq     uint64
+	state   intent.State
+	line    []byte
+}
+
+// Open locks dir (creating it), replays its journal, cutting off a torn
+// tail, and starts the writer. Records returns what it replayed.
+func Open(dir string, opts ...Option) (*Journal, error) {
+	j := &Journal{dir: dir, path: filepath.Join(dir, FileName), history: 10000, compactAt: 1 << 20,
+		index: map[string]entry{}, batch: 1, done: make(chan struct{})}
+	for _, o := range opts {
+		o(j)
+	}
+	j.work, j.flushed = sync.NewCond(&j.mu), sync.NewCond(&j.mu)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	j.lock = lock
+	if err := j.replay(); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	go j.writer()
+	return j, nil
+}
+
+func lockDir(dir string) (*os.File, error) {
+	p := filepath.Join(dir, lockName)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state directory lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		owner, _ := os.ReadFile(p)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is locked by another agent (pid %s)", ErrLocked, dir, strings.TrimSpace(string(owner)))
+		}
+		return nil, fmt.Errorf("state directory lock %s: %w", p, err)
+	}
+	// The pid is only for the message above; the flock is the lock.
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+// replay reads the file into the index and records, and opens it for
+// appending.
+func (j *Journal) replay() error {
+	// A temporary file is a compaction that did not reach its rename.
+	if err := os.Remove(filepath.Join(j.dir, tmpName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("journal: %w", err)
+	}
+	data, err := os.ReadFile(j.path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("journal: %w", err)
+	}
+	good, err := j.load(data)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	if good < int64(len(data)) {
+		if err := f.Truncate(good); err != nil {
+			f.Close()
+			return fmt.Errorf("journal: cutting off the torn tail: %w", err)
+		}
+	}
+	if _, err := f.Seek(good, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("journal: %w", err)
+	}
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		f.Close()
+		return fmt.Errorf("journal: sync: %w", err)
+	}
+	if err := syncDir(j.dir); err != nil {
+		f.Close()
+		return err
+	}
+	j.f, j.size, j.base = f, good, good
+	last := map[string]Record{}
+	for id, e := range j.index {
+		var r Record
+		_, _ = decode(e.line, &r) // decoded once already
+		last[id] = r
+	}
+	for _, r := range last {
+		j.records = append(j.records, r)
+	}
+	slices.SortFunc(j.records, func(a, b Record) int { return cmpSeq(a.Seq, b.Seq) })
+	j.stats.Size, j.stats.Intents = good, len(j.index)
+	return nil
+}
+
+// load indexes the lines of data and returns the length of its good part.
+func (j *Journal) load(data []byte) (int64, error) {
+	off, n := 0, 0
+	badAt, badLine, badWhy := -1, 0, ""
+	for off < len(data) {
+		n++
+		end := bytes.IndexByte(data[off:], '\n')
+		if end < 0 {
+			// A write cut short: never a complete line.
+			if badAt < 0 {
+				badAt = off
+			}
+			break
+		}
+		line := data[off : off+end+1]
+		var r Record
+		why, err := decode(line, &r)
+		if err != nil {
+			if badAt < 0 {
+				badAt, badLine, badWhy = off, n, why+": "+err.Error()
+			}
+			off += end + 1
+			continue
+		}
+		if badAt >= 0 {
+			return 0, fmt.Errorf("%w: %s line %d (byte %d): %s, with good records after it; move the file aside to start with an empty journal",
+				ErrCorrupt, j.path, badLine, badAt, badWhy)
+		}
+		j.index[r.Intent.ID] = entry{id: r.Intent.ID, key: r.Container, seq: r.Seq, state: r.Intent.Status.State, line: line}
+		off += end + 1
+	}
+	if badAt >= 0 {
+		return int64(badAt), nil
+	}
+	return int64(len(data)), nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func encode(r Record) ([]byte, error) {
+	js, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("journal: encoding intent %s: %w", r.Intent.ID, err)
+	}
+	line := make([]byte, 0, 9+len(js)+1)
+	line = fmt.Appendf(line, "%08x ", crc32.Checksum(js, castagnoli))
+	line = append(line, js...)
+	return append(line, '\n'), nil
+}
+
+// decode parses one line, newline included; why says what was wrong.
+func decode(line []byte, r *Record) (why string, err error) {
+	if len(line) < 11 || line[8] != ' ' {
+		return "not a record", errors.New("no checksum")
+	}
+	var sum [4]byte
+	if _, err := hex.Decode(sum[:], line[:8]); err != nil {
+		return "bad checksum field", err
+	}
+	js := line[9 : len(line)-1]
+	if got, want := crc32.Checksum(js, castagnoli), uint32(sum[0])<<24|uint32(sum[1])<<16|uint32(sum[2])<<8|uint32(sum[3]); got != want {
+		return "checksum mismatch", fmt.Errorf("crc32c %08x, the line says %08x", got, want)
+	}
+	if err := json.Unmarshal(js, r); err != nil {
+		return "bad JSON", err
+	}
+	if r.Intent.ID == "" || r.Seq == 0 {
+		return "incomplete record", errors.New("no intent ID or sequence number")
+	}
+	return "", nil
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("journal: sync of %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Records returns the intents Open replayed, the last record of each, in
+// acceptance order.
+func (j *Journal) Records() []Record { return slices.Clone(j.records) }
+
+// Append queues r behind every record appended before it. Wait on the
+// ticket to know that it is on disk.
+func (j *Journal) Append(r Record) Ticket {
+	line, err := encode(r)
+	if err != nil {
+		return Ticket{err: err}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	switch {
+	case j.err != nil:
+		return Ticket{err: j.err}
+	case j.closing:
+		return Ticket{err: ErrClosed}
+	}
+	j.queue = append(j.queue, line...)
+	j.queued = append(j.queued, entry{id: r.Intent.ID, key: r.Container, seq: r.Seq, state: r.Intent.Status.State, line: line})
+	j.work.Signal()
+	return Ticket{batch: j.batch}
+}
+
+// Wait returns when the ticket's record is on disk, or why it never will be.
+func (j *Journal) Wait(t Ticket) error {
+	if t.err != nil {
+		return t.err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.durable < t.batch && j.err == nil {
+		j.flushed.Wait()
+	}
+	if j.durable >= t.batch {
+		return nil
+	}
+	return j.err
+}
+
+// Stats returns the journal's figures.
+func (j *Journal) Stats() Stats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.stats
+}
+
+// Close writes what is queued, stops the writer and releases the state
+// directory.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.closing {
+		j.mu.Unlock()
+		<-j.done
+		return nil
+	}
+	j.closing = true
+	j.work.Signal()
+	j.mu.Unlock()
+	<-j.done
+	j.mu.Lock()
+	err := j.err
+	j.mu.Unlock()
+	if cerr := j.f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("journal: %w", cerr)
+	}
+	j.lock.Close() // releases the flock
+	return err
+}
+
+// writer writes the queue in batches, one sync each, until Close.
+func (j *Journal) writer() {
+	defer close(j.done)
+	var spare []byte
+	for {
+		j.mu.Lock()
+		for len(j.queued) == 0 && !j.closing {
+			j.work.Wait()
+		}
+		if len(j.queued) == 0 {
+			j.mu.Unlock()
+			return
+		}
+		buf, ents, batch := j.queue, j.queued, j.batch
+		j.queue, j.queued = spare[:0], nil
+		j.batch++
+		failed := j.err != nil
+		j.mu.Unlock()
+
+		var err error
+		if !failed {
+			err = j.write(buf, ents)
+		}
+		var compactErr error
+		compacted := err == nil && j.size > max(j.compactAt, 2*j.base)
+		if compacted {
+			compactErr = j.compact()
+		}
+		spare = buf
+
+		j.mu.Lock()
+		switch {
+		case failed:
+		case err != nil:
+			j.err = err
+		default:
+			j.durable = batch
+		}
+		j.stats.Size, j.stats.Intents = j.size, len(j.index)
+		if compacted {
+			j.stats.CompactErr = compactErr
+			if compactErr == nil {
+				j.stats.Compactions++
+			}
+		}
+		j.flushed.Broadcast()
+		j.mu.Unlock()
+	}
+}
+
+// write appends one batch and syncs it.
+func (j *Journal) write(buf []byte, ents []entry) error {
+	n, err := j.f.Write(buf)
+	j.size += int64(n)
+	if err != nil {
+		return fmt.Errorf("journal: write: %w", err)
+	}
+	if err := unix.Fdatasync(int(j.f.Fd())); err != nil {
+		return fmt.Errorf("journal: sync: %w", err)
+	}
+	for _, e := range ents {
+		j.index[e.id] = e
+	}
+	return nil
+}
+
+// compact rewrites the file with what recovery needs (see the package
+// doc). On failure before the rename the old file stays in use.
+func (j *Journal) compact() error {
+	all := make([]entry, 0, len(j.index))
+	for _, e := range j.index {
+		all = append(all, e)
+	}
+	slices.SortFunc(all, func(a, b entry) int { return cmpSeq(a.seq, b.seq) })
+	lastCompleted := map[string]uint64{}
+	for _, e := range all {
+		if e.state == intent.Completed {
+			lastCompleted[e.key] = e.seq
+		}
+	}
+	history := 0
+	keep := make([]bool, len(all))
+	for i := len(all) - 1; i >= 0; i-- {
+		e := all[i]
+		switch {
+		case !e.state.Terminal(), lastCompleted[e.key] == e.seq && e.state == intent.Completed:
+			keep[i] = true
+		case history < j.history:
+			keep[i] = true
+			history++
+		}
+	}
+	tmp := filepath.Join(j.dir, tmpName)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		j.base = j.size // try again once the file has doubled
+		return fmt.Errorf("journal: compaction: %w", err)
+	}
+	var size int64
+	var buf []byte
+	index := make(map[string]entry, len(all))
+	for i, e := range all {
+		if keep[i] {
+			buf = append(buf, e.line...)
+			index[e.id] = e
+		}
+	}
+	n, err := f.Write(buf)
+	size = int64(n)
+	if err == nil {
+		err = unix.Fdatasync(int(f.Fd()))
+	}
+	if err == nil {
+		err = os.Rename(tmp, j.path)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		j.base = j.size
+		return fmt.Errorf("journal: compaction: %w", err)
+	}
+	// Renamed: the new file is the journal, whatever happens next.
+	j.f.Close()
+	j.f, j.size, j.base, j.index = f, size, size, index
+	return syncDir(j.dir)
+}

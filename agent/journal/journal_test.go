@@ -1,0 +1,335 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/resizer/resize-agent/agent/intent"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func rec(seq uint64, id, key string, s intent.State) Record {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r := Record{Seq: seq, Container: key, Intent: intent.Intent{ID: id,
+		Spec:   intent.Spec{ID: id, Target: intent.Target{Name: key, CgroupPath: "/" + key}},
+		Status: intent.Status{State: s, AcceptedAt: now, UpdatedAt: now}}}
+	if s == intent.Completed {
+		r.Resources = &Resources{Resources: intent.Resources{CPULimit: int64(seq)}, CPU: true}
+	}
+	return r
+}
+
+func open(t testing.TB, dir string, opts ...Option) *Journal {
+	t.Helper()
+	j, err := Open(dir, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func mustAppend(t testing.TB, j *Journal, rs ...Record) {
+	t.Helper()
+	for _, r := range rs {
+		if err := j.Wait(j.Append(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func states(rs []Record) string {
+	var b bytes.Buffer
+	for _, r := range rs {
+		fmt.Fprintf(&b, "%d:%s:%s ", r.Seq, r.Intent.ID, r.Intent.Status.State)
+	}
+	return b.String()
+}
+
+func TestReplayLastRecordWins(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir)
+	if n := len(j.Records()); n != 0 {
+		t.Fatalf("new journal has %d records", n)
+	}
+	mustAppend(t, j, rec(1, "a", "c1", intent.Proposed), rec(2, "b", "c2", intent.Proposed),
+		rec(1, "a", "c1", intent.InProgress), rec(2, "b", "c2", intent.Deferred), rec(1, "a", "c1", intent.Completed))
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Wait(j.Append(rec(3, "c", "c1", intent.Proposed))); !errors.Is(err, ErrClosed) {
+		t.Errorf("append after close: %v", err)
+	}
+	j = open(t, dir)
+	defer j.Close()
+	rs := j.Records()
+	if got, want := states(rs), "1:a:Completed 2:b:Deferred "; got != want {
+		t.Errorf("replayed %q, want %q", got, want)
+	}
+	if rs[0].Resources == nil || rs[0].Resources.CPULimit != 1 || !rs[0].Resources.CPU {
+		t.Errorf("resources of the completed intent: %+v", rs[0].Resources)
+	}
+}
+
+// TestTornTail cuts the last record at every byte: the records before it
+// survive, the cut one is gone, and the journal appends cleanly after.
+func TestTornTail(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir)
+	mustAppend(t, j, rec(1, "a", "c1", intent.Proposed), rec(1, "a", "c1", intent.Completed))
+	j.Close()
+	p := filepath.Join(dir, FileName)
+	good, _ := os.ReadFile(p)
+	last, _ := encode(rec(2, "b", "c1", intent.Proposed))
+	for cut := 1; cut < len(last); cut++ {
+		data := append(append([]byte{}, good...), last[:cut]...)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		j := open(t, dir)
+		if got := states(j.Records()); got != "1:a:Completed " {
+			t.Fatalf("cut at %d: replayed %q", cut, got)
+		}
+		mustAppend(t, j, rec(3, "c", "c2", intent.Proposed))
+		j.Close()
+		j = open(t, dir)
+		if got := states(j.Records()); got != "1:a:Completed 3:c:Proposed " {
+			t.Fatalf("cut at %d, appended after: replayed %q", cut, got)
+		}
+		j.Close()
+	}
+}
+
+// TestTornTailGarbage: bad lines with nothing good after them are a torn
+// tail too (a crash can leave zeros where a write had not landed).
+func TestTornTailGarbage(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir)
+	mustAppend(t, j, rec(1, "a", "c1", intent.Proposed))
+	j.Close()
+	p := filepath.Join(dir, FileName)
+	f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	f.Write(append(bytes.Repeat([]byte{0}, 100), "\nxx\n\x00\x00"...))
+	f.Close()
+	j = open(t, dir)
+	defer j.Close()
+	if got := states(j.Records()); got != "1:a:Proposed " {
+		t.Errorf("replayed %q", got)
+	}
+	st, _ := os.Stat(p)
+	if line, _ := encode(rec(1, "a", "c1", intent.Proposed)); st.Size() != int64(len(line)) {
+		t.Errorf("file is %d bytes after cutting the tail, want %d", st.Size(), len(line))
+	}
+}
+
+func TestCorruptionIsAnError(t *testing.T) {
+	for name, mangle := range map[string]func([]byte) []byte{
+		"bit flip":    func(b []byte) []byte { b[len(b)/2] ^= 0x20; return b },
+		"lost byte":   func(b []byte) []byte { i := len(b) / 2; return append(b[:i:i], b[i+1:]...) },
+		"not a line":  func(b []byte) []byte { return append([]byte("hello\n"), b...) },
+		"bad json":    func(b []byte) []byte { return append([]byte("00000000 {}\n"), b...) },
+		"cut in half": func(b []byte) []byte { i := bytes.IndexByte(b, '\n') / 2; return append(b[:i:i], b[i+30:]...) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			j := open(t, dir)
+			mustAppend(t, j, rec(1, "a", "c1", intent.Proposed), rec(2, "b", "c1", intent.Proposed), rec(3, "c", "c1", intent.Proposed))
+			j.Close()
+			p := filepath.Join(dir, FileName)
+			data, _ := os.ReadFile(p)
+			os.WriteFile(p, mangle(data), 0o600)
+			before, _ := os.ReadFile(p)
+			_, err := Open(dir)
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Open = %v, want ErrCorrupt", err)
+			}
+			t.Log(err)
+			if after, _ := os.ReadFile(p); !bytes.Equal(before, after) {
+				t.Error("Open changed a corrupt file")
+			}
+			// The lock was released: the directory is usable once fixed.
+			os.Remove(p)
+			open(t, dir).Close()
+		})
+	}
+}
+
+func TestLock(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir)
+	_, err := Open(dir)
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open = %v, want ErrLocked", err)
+	}
+	t.Log(err)
+	j.Close()
+	open(t, dir).Close()
+}
+
+// TestCompaction keeps live intents, each container's last Completed
+// intent and the newest history, and the result replays the same.
+func TestCompaction(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir, WithCompactAt(4<<10), WithHistory(5))
+	var seq uint64
+	for round := 0; round < 30; round++ {
+		for _, c := range []string{"c1", "c2", "c3"} {
+			seq++
+			id := fmt.Sprintf("%s-%d", c, round)
+			end := intent.Completed
+			if round%3 == 1 {
+				end = intent.Failed
+			}
+			mustAppend(t, j, rec(seq, id, c, intent.Proposed), rec(seq, id, c, intent.InProgress), rec(seq, id, c, end))
+		}
+	}
+	mustAppend(t, j, rec(seq+1, "live", "c1", intent.Proposed), rec(seq+2, "deferred", "c2", intent.Deferred))
+	st := j.Stats()
+	if st.Compactions == 0 || st.CompactErr != nil {
+		t.Fatalf("stats %+v: no compaction", st)
+	}
+	// One more batch lands after the last compaction, then replay.
+	mustAppend(t, j, rec(seq+3, "after", "c3", intent.Proposed))
+	j.Close()
+	if _, err := os.Stat(filepath.Join(dir, tmpName)); !os.IsNotExist(err) {
+		t.Errorf("temporary file left: %v", err)
+	}
+	j = open(t, dir)
+	defer j.Close()
+	got := map[string]intent.State{}
+	for _, r := range j.Records() {
+		got[r.Intent.ID] = r.Intent.Status.State
+	}
+	for id, s := range map[string]intent.State{"live": intent.Proposed, "deferred": intent.Deferred, "after": intent.Proposed,
+		"c1-29": intent.Completed, "c2-29": intent.Completed, "c3-29": intent.Completed} {
+		if got[id] != s {
+			t.Errorf("%s is %q after compaction, want %s", id, got[id], s)
+		}
+	}
+	if len(got) > 3+3+5+40 { // live, last completed, history, and what came since
+		t.Errorf("%d intents after compaction", len(got))
+	}
+	t.Logf("stats %+v, %d intents replayed", st, len(got))
+}
+
+// TestCompactionKeepsLastCompletedPerContainer: a container whose last
+// Completed intent is older than the history keeps it.
+func TestCompactionKeepsLastCompletedPerContainer(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir, WithCompactAt(2<<10), WithHistory(1))
+	mustAppend(t, j, rec(1, "old", "quiet", intent.Completed))
+	for i := uint64(2); i < 40; i++ {
+		mustAppend(t, j, rec(i, fmt.Sprint("f", i), "busy", intent.Failed))
+	}
+	j.Close()
+	j = open(t, dir)
+	defer j.Close()
+	if got := states(j.Records()); got != "1:old:Completed 39:f39:Failed " {
+		t.Errorf("replayed %q", got)
+	}
+}
+
+// TestConcurrentAppendsKeepOrder: each goroutine's records of one intent
+// land in the order appended.
+func TestConcurrentAppendsKeepOrder(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir, WithCompactAt(16<<10))
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				seq := uint64(g*100 + i + 1)
+				id := fmt.Sprint(seq)
+				if err := j.Wait(j.Append(rec(seq, id, "c", intent.Proposed))); err != nil {
+					t.Error(err)
+				}
+				j.Append(rec(seq, id, "c", intent.InProgress))
+				j.Append(rec(seq, id, "c", intent.Failed))
+			}
+		}()
+	}
+	wg.Wait()
+	st := j.Stats()
+	j.Close()
+	j = open(t, dir)
+	defer j.Close()
+	rs := j.Records()
+	if len(rs) != 320 && st.Compactions == 0 {
+		t.Errorf("%d intents replayed, want 320", len(rs))
+	}
+	for _, r := range rs {
+		if r.Intent.Status.State != intent.Failed {
+			t.Fatalf("intent %s replayed as %s", r.Intent.ID, r.Intent.Status.State)
+		}
+	}
+	t.Logf("%d intents, stats %+v", len(rs), st)
+}
+
+// TestWriteFailureIsSticky: once a write fails, that record and every
+// later one fail, and the journal says why.
+func TestWriteFailureIsSticky(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir)
+	defer j.Close()
+	mustAppend(t, j, rec(1, "a", "c", intent.Proposed))
+	// Swap the file for one opened read-only, under the writer's feet.
+	j.mu.Lock()
+	ro, err := os.Open(j.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.f.Close()
+	j.f = ro
+	j.mu.Unlock()
+	if err := j.Wait(j.Append(rec(2, "b", "c", intent.Proposed))); err == nil {
+		t.Fatal("write to a read-only file succeeded")
+	} else {
+		t.Log(err)
+	}
+	if err := j.Wait(j.Append(rec(3, "c", "c", intent.Proposed))); err == nil {
+		t.Error("append after a failed write succeeded")
+	}
+}
+
+// BenchmarkAppend is one submitter: each record written and synced before
+// the next (the cost of one fdatasync).
+func BenchmarkAppend(b *testing.B) {
+	j := open(b, b.TempDir(), WithCompactAt(1<<40))
+	defer j.Close()
+	r := rec(1, "20260102-030405-0123456789abcdef", "pod:0a1b2c3d-uid/web", intent.Proposed)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r.Seq = uint64(i + 1)
+		if err := j.Wait(j.Append(r)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAppendParallel is many submitters at once: group commit lets
+// them share syncs.
+func BenchmarkAppendParallel(b *testing.B) {
+	j := open(b, b.TempDir(), WithCompactAt(1<<40))
+	defer j.Close()
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		r := rec(1, "20260102-030405-0123456789abcdef", "pod:0a1b2c3d-uid/web", intent.Proposed)
+		for pb.Next() {
+			if err := j.Wait(j.Append(r)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
