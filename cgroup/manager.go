@@ -27,6 +27,7 @@ type Manager struct {
 	skipFSType bool
 	// failWrite, set only by tests, makes the write of a file fail.
 	failWrite func(file string) error
+	sd        *systemdDriver // nil: cgroupfs driver (see WithDriver)
 }
 
 // Option configures a Manager.
@@ -192,7 +193,9 @@ func readFile(dir, name string) (string, error) {
 // Write writes r to the cgroup p through containerd/cgroups, reads every file
 // back and checks it. If a write or a check fails, the files already written
 // by this call are restored to what they held before, and the error (a
-// *WriteError for the kernel's refusal, or ErrVerify) is returned.
+// *WriteError for the kernel's refusal, or ErrVerify) is returned. Under the
+// systemd driver (WithDriver), a cgroup that is a systemd unit gets r as unit
+// properties instead, so that systemd keeps them (see writeUnit).
 func (m *Manager) Write(p string, r Resources) error {
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidValue, err)
@@ -200,6 +203,9 @@ func (m *Manager) Write(p string, r Resources) error {
 	clean, d, err := m.dir(p)
 	if err != nil {
 		return err
+	}
+	if unit, ok := m.systemdUnit(clean); ok {
+		return m.writeUnit(clean, d, unit, r)
 	}
 	lib, err := cgroup2.Load(clean, cgroup2.WithMountpoint(m.mountpoint))
 	if err != nil {
