@@ -22,6 +22,8 @@ type Options struct {
 	ConfigFile string `json:"-"`
 
 	CgroupRoot string `json:"cgroupRoot"`
+	// CgroupDriver is auto, cgroupfs or systemd (see cgroup.Driver).
+	CgroupDriver string `json:"cgroupDriver"`
 	// CapacityCgroup is the cgroup the managed containers live under
 	// (e.g. /kubepods); its cpu.max and memory.max bound allocatable.
 	CapacityCgroup string `json:"capacityCgroup"`
@@ -60,6 +62,7 @@ type Options struct {
 func DefaultOptions() *Options {
 	return &Options{
 		CgroupRoot:      cgroup.DefaultMountpoint,
+		CgroupDriver:    string(cgroup.DriverAuto),
 		CapacityCgroup:  "/",
 		Socket:          "/run/resize-agent/agent.sock",
 		MetricsAddress:  ":9847",
@@ -80,6 +83,7 @@ func DefaultOptions() *Options {
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ConfigFile, "config", "", "YAML config file; flags given on the command line override it")
 	fs.StringVar(&o.CgroupRoot, "cgroup-root", o.CgroupRoot, "cgroup v2 mountpoint")
+	fs.StringVar(&o.CgroupDriver, "cgroup-driver", o.CgroupDriver, "cgroup driver of the kubelet and runtime: systemd (limits of .scope/.slice cgroups set as unit properties over D-Bus, so a daemon-reload keeps them), cgroupfs (the files), or auto (systemd where /run/systemd/system exists and the cgroup is a unit)")
 	fs.StringVar(&o.CapacityCgroup, "capacity-cgroup", o.CapacityCgroup, "cgroup (relative to the root) whose cpu.max and memory.max bound allocatable, e.g. /kubepods")
 	fs.StringVar(&o.Socket, "socket", o.Socket, "unix socket for the API (mode 0600)")
 	fs.StringVar(&o.ListenTCP, "listen-tcp", o.ListenTCP, "also serve the API on this TCP address (needs --tcp-token-file)")
@@ -193,6 +197,9 @@ func (o *Options) validate() (settings, error) {
 		if _, err := cgroup.CleanPath(o.CapacityCgroup); err != nil {
 			errs = append(errs, fmt.Errorf("capacity-cgroup: %w", err))
 		}
+	}
+	if _, err := cgroup.ParseDriver(o.CgroupDriver); err != nil {
+		errs = append(errs, fmt.Errorf("cgroup-driver: %w", err))
 	}
 	switch o.BPF {
 	case "auto", "on", "off":

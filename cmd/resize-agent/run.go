@@ -33,7 +33,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("invalid options: %w", err)
 	}
-	cgOpts := []cgroup.Option{cgroup.WithMountpoint(o.CgroupRoot)}
+	cgOpts := []cgroup.Option{cgroup.WithMountpoint(o.CgroupRoot), cgroup.WithDriver(cgroup.Driver(o.CgroupDriver))}
 	if o.skipFSCheck {
 		cgOpts = append(cgOpts, cgroup.WithoutFilesystemCheck())
 	}
