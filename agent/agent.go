@@ -80,6 +80,9 @@ type Agent struct {
 	history  int
 	now      func() time.Time
 
+	// shrinkTimeout is set by WithShrinkTimeout; 0 means DefaultShrinkTimeout.
+	shrinkTimeout time.Duration
+
 	hub     *hub
 	workers sync.WaitGroup
 
@@ -499,6 +502,7 @@ type applyJob struct {
 	cpu, mem  bool // which resources are managed
 	runtimeID string
 	restart   bool
+	shrunk    bool // shrink.go reclaimed before this write
 	ctr       level
 	pod       *level
 }
@@ -531,21 +535,9 @@ func (a *Agent) write(j *applyJob) applyResult {
 			return a.readFailed(j.pod.path, err)
 		}
 	}
-	if !j.r.Spec.AllowMemoryBelowUsage {
-		levels := []*level{j.pod}
-		if !j.restart { // a restarted container starts from nothing
-			levels = append(levels, &j.ctr)
-		}
-		for _, l := range levels {
-			if l == nil || l.want.MemoryMax == nil || *l.want.MemoryMax == cgroup.Unlimited {
-				continue
-			}
-			if lim := *l.want.MemoryMax; lim < l.cur.MemoryCurrent && lim < memLimit(l.cur.MemoryMax) {
-				return failed(intent.ReasonMemoryBelowUsage,
-					"memory limit %s is below the current usage %s of %s; refusing, since the kernel would have to reclaim and might OOM-kill the container (set allowMemoryBelowUsage to force)",
-					intent.FormatMemory(lim), intent.FormatMemory(l.cur.MemoryCurrent), l.path)
-			}
-		}
+	// A decrease below usage: shrink.go brings usage down first, or refuses.
+	if out, stop := a.memoryBelowUsage(j); stop {
+		return out
 	}
 	steps := plan(j.ctr, j.pod, a.cg.PageSize())
 	if j.restart {

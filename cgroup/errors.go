@@ -38,3 +38,27 @@ func (e *WriteError) Error() string {
 }
 
 func (e *WriteError) Unwrap() error { return e.Err }
+
+var (
+	// ErrNotSupported is returned by Reclaim where the kernel has no
+	// memory.reclaim (before 5.19).
+	ErrNotSupported = errors.New("not supported by this kernel")
+	// ErrReclaimIncomplete is returned by Reclaim when the kernel could not
+	// reclaim all that was asked (it answered EAGAIN); it is wrapped in a
+	// *ReclaimError that says how much went.
+	ErrReclaimIncomplete = errors.New("the kernel could not reclaim all that was asked")
+)
+
+// ReclaimError is a partial reclaim: Reclaimed is the drop of memory.current
+// seen across the call (other charges and uncharges of the cgroup count too).
+type ReclaimError struct {
+	Path                 string
+	Requested, Reclaimed int64
+	Err                  error // ErrReclaimIncomplete, or the kernel's errno
+}
+
+func (e *ReclaimError) Error() string {
+	return fmt.Sprintf("reclaim %d bytes from %s: %v (memory.current fell by %d)", e.Requested, e.Path, e.Err, e.Reclaimed)
+}
+
+func (e *ReclaimError) Unwrap() error { return e.Err }

@@ -1,0 +1,276 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/cgroup"
+)
+
+// A memory limit below a cgroup's usage is reached in steps rather than by
+// writing memory.max at once (where the kernel reclaims and, failing that,
+// OOM-kills): memory.high goes to the new limit, which throttles the cgroup's
+// allocations and makes the kernel reclaim; memory.reclaim asks for the
+// rest; once memory.current is under the limit the normal steps lower
+// memory.max (through the runtime for a runtime's container), and memory.high
+// goes back to what it was. If usage will not come down in time, memory.high
+// is restored and the intent fails with the figures, memory.max untouched.
+
+// DefaultShrinkTimeout bounds how long a shrink waits for usage to come down.
+const DefaultShrinkTimeout = 30 * time.Second
+
+const (
+	// shrinkPoll is the pause between reclaim rounds; dentries and inodes
+	// are freed after an RCU grace period, so memory.current lags.
+	shrinkPoll = 50 * time.Millisecond
+	// shrinkStuckRounds rounds in a row without usage falling by a page
+	// mean it will not come down (anonymous memory with no swap).
+	shrinkStuckRounds = 4
+	// shrinkMaxStall is the share of the elapsed time, once past
+	// shrinkStallGrace, that the cgroup may spend fully stalled on memory
+	// (PSI memory full) before the shrink gives up to spare the workload.
+	shrinkMaxStall   = 0.5
+	shrinkStallGrace = 2 * time.Second
+)
+
+// WithShrinkTimeout sets how long a memory decrease below usage may spend
+// bringing usage down before it fails and restores memory.high (default
+// DefaultShrinkTimeout). d < 0 turns the procedure off: such a decrease is
+// refused as it is on kernels without memory.reclaim.
+func WithShrinkTimeout(d time.Duration) Option { return func(a *Agent) { a.shrinkTimeout = d } }
+
+// memoryShrinker is what a shrink needs of the cgroup filesystem beyond
+// Cgroups; *cgroup.Manager has it.
+type memoryShrinker interface {
+	ReadMemory(path string) (cgroup.Memory, error)
+	SetMemoryHigh(path string, v int64) error
+	Reclaim(path string, n int64) (int64, error)
+	SupportsReclaim(path string) (bool, error)
+}
+
+// belowUsage lists the levels whose new memory.max is below their usage and
+// below their present limit: the container first (not when it restarts,
+// since a restarted container starts from nothing), then its pod.
+func belowUsage(j *applyJob) []*level {
+	var out []*level
+	if !j.restart {
+		out = append(out, &j.ctr)
+	}
+	if j.pod != nil {
+		out = append(out, j.pod)
+	}
+	return slices.DeleteFunc(out, func(l *level) bool {
+		if l.want.MemoryMax == nil || *l.want.MemoryMax == cgroup.Unlimited {
+			return true
+		}
+		lim := *l.want.MemoryMax
+		return lim >= l.cur.MemoryCurrent || lim >= memLimit(l.cur.MemoryMax)
+	})
+}
+
+// memoryBelowUsage is write's check of a memory decrease below usage. It
+// returns stop=true with the result when write must not go on by itself:
+// the decrease is refused (memory.reclaim missing, shrinking turned off, or
+// usage back above the limit after a shrink), or it was carried out by
+// shrink, which called write again once usage was down.
+func (a *Agent) memoryBelowUsage(j *applyJob) (applyResult, bool) {
+	if j.r.Spec.AllowMemoryBelowUsage {
+		return applyResult{}, false
+	}
+	levels := belowUsage(j)
+	if len(levels) == 0 {
+		return applyResult{}, false
+	}
+	ms, ok := a.cg.(memoryShrinker)
+	if ok && !j.shrunk && a.shrinkTimeout >= 0 {
+		for _, l := range levels {
+			if sup, err := ms.SupportsReclaim(l.path); err != nil || !sup {
+				ok = false
+			}
+		}
+		if ok {
+			j.shrunk = true
+			return a.shrink(ms, j, levels), true
+		}
+	}
+	l := levels[0]
+	lim := *l.want.MemoryMax
+	why := "since the kernel would have to reclaim and might OOM-kill the container"
+	if j.shrunk {
+		why = "since usage grew back above it after the reclaim"
+	}
+	return failed(intent.ReasonMemoryBelowUsage,
+		"memory limit %s is below the current usage %s of %s; refusing, %s (set allowMemoryBelowUsage to force)",
+		intent.FormatMemory(lim), intent.FormatMemory(l.cur.MemoryCurrent), l.path, why), true
+}
+
+// shrinkReport is what one level's shrink did.
+type shrinkReport struct {
+	path          string
+	target        int64 // the new memory.max
+	oldHigh       int64 // memory.high before, restored after
+	highSet       bool  // memory.high was lowered
+	before, after cgroup.Memory
+	took          time.Duration
+	rounds        int
+	err           error // why usage did not come down; nil when it did
+}
+
+// shrink brings each level's usage under its new limit, container first,
+// then runs write, then restores memory.high whatever happened.
+func (a *Agent) shrink(ms memoryShrinker, j *applyJob, levels []*level) applyResult {
+	timeout := a.shrinkTimeout
+	if timeout == 0 {
+		timeout = DefaultShrinkTimeout
+	}
+	deadline := time.Now().Add(timeout)
+	var done []*shrinkReport
+	var out applyResult
+	for _, l := range levels {
+		rep := a.reclaimTo(ms, l.path, *l.want.MemoryMax, deadline)
+		done = append(done, rep)
+		if rep.err != nil {
+			out = failed(intent.ReasonMemoryBelowUsage, "%s", rep.failure())
+			break
+		}
+	}
+	if out.state == "" {
+		out = a.write(j)
+	}
+	var notes, restored []string
+	for _, rep := range done {
+		if rep.err == nil {
+			notes = append(notes, rep.success())
+		}
+	}
+	for _, rep := range slices.Backward(done) {
+		if !rep.highSet {
+			continue
+		}
+		if err := ms.SetMemoryHigh(rep.path, rep.oldHigh); err != nil {
+			a.log.Warn("restoring memory.high after a shrink failed", "intent", j.r.ID, "cgroup", rep.path, "err", err)
+			restored = append(restored, fmt.Sprintf("restoring memory.high of %s to %s FAILED: %v", rep.path, maxText(rep.oldHigh), err))
+			continue
+		}
+		restored = append(restored, fmt.Sprintf("memory.high of %s restored to %s", rep.path, maxText(rep.oldHigh)))
+	}
+	a.log.Info("memory shrink", "intent", j.r.ID, "state", out.state, "reclaim", strings.Join(notes, "; "), "restore", strings.Join(restored, "; "))
+	msg := out.msg
+	if len(notes) > 0 {
+		msg = strings.Join(notes, "; ") + "; then " + msg
+	}
+	if len(restored) > 0 {
+		msg += "; " + strings.Join(restored, ", ")
+	}
+	out.msg = msg
+	return out
+}
+
+// reclaimTo lowers memory.high of path to target (never raising it) and
+// asks the kernel to reclaim until memory.current is a little under target,
+// until deadline, until usage stops falling, or until the cgroup is stalled
+// on memory too much. It leaves memory.high lowered; shrink restores it.
+func (a *Agent) reclaimTo(ms memoryShrinker, path string, target int64, deadline time.Time) *shrinkReport {
+	rep := &shrinkReport{path: path, target: target}
+	start := time.Now()
+	defer func() { rep.took = time.Since(start) }()
+	var err error
+	if rep.before, err = ms.ReadMemory(path); err != nil {
+		rep.err = fmt.Errorf("reading its memory: %w", err)
+		return rep
+	}
+	rep.after, rep.oldHigh = rep.before, rep.before.High
+	// Aim under the limit by a margin, so that memory.max can be written
+	// without the kernel reclaiming (or OOM-killing) for the last pages
+	// charged meanwhile.
+	page := a.cg.PageSize()
+	goal := target - max(target/100, 64*page)
+	high := target
+	if rep.oldHigh != cgroup.Unlimited && rep.oldHigh < high {
+		high = rep.oldHigh
+	}
+	if high != rep.oldHigh {
+		// The write itself reclaims as far as the kernel can.
+		if err := ms.SetMemoryHigh(path, high); err != nil {
+			rep.err = fmt.Errorf("lowering memory.high: %w", err)
+			return rep
+		}
+		rep.highSet = true
+	}
+	best, stuck := rep.before.Current, 0
+	for {
+		if rep.after, err = ms.ReadMemory(path); err != nil {
+			rep.err = fmt.Errorf("reading its memory: %w", err)
+			return rep
+		}
+		cur := rep.after.Current
+		if cur <= goal {
+			return rep
+		}
+		if cur < best-page {
+			best, stuck = cur, 0
+		} else if stuck++; stuck >= shrinkStuckRounds {
+			rep.err = fmt.Errorf("usage stopped falling after %d reclaim round(s)", rep.rounds)
+			return rep
+		}
+		if el := time.Since(start); el > shrinkStallGrace {
+			if full := rep.after.Pressure.Full - rep.before.Pressure.Full; float64(full) > shrinkMaxStall*float64(el) {
+				rep.err = fmt.Errorf("the cgroup was fully stalled on memory for %s of %s", round(full), round(el))
+				return rep
+			}
+		}
+		if time.Now().After(deadline) {
+			rep.err = fmt.Errorf("usage did not come down within the %s timeout", round(time.Since(start)))
+			return rep
+		}
+		rep.rounds++
+		if _, err := ms.Reclaim(path, cur-goal); err != nil && !errors.Is(err, cgroup.ErrReclaimIncomplete) {
+			rep.err = fmt.Errorf("memory.reclaim: %w", err)
+			return rep
+		}
+		time.Sleep(shrinkPoll)
+	}
+}
+
+func (r *shrinkReport) reclaimed() int64 { return max(r.before.Current-r.after.Current, 0) }
+
+func (r *shrinkReport) success() string {
+	return fmt.Sprintf("%s: reclaimed %s in %s (memory.current %s -> %s under memory.high %s, %d memory.reclaim round(s)%s)",
+		r.path, mib(r.reclaimed()), round(r.took), mib(r.before.Current), mib(r.after.Current), intent.FormatMemory(r.target), r.rounds, r.stall())
+}
+
+func (r *shrinkReport) failure() string {
+	return fmt.Sprintf("memory limit %s is below the current usage %s of %s and the kernel could not reclaim enough: %v; "+
+		"memory.current %s -> %s (reclaimed %s in %s; anon %s, file %s, reclaimable slab %s, swap %s)%s; memory.max left at %s",
+		intent.FormatMemory(r.target), mib(r.before.Current), r.path, r.err, mib(r.before.Current), mib(r.after.Current),
+		mib(r.reclaimed()), round(r.took), mib(r.after.Anon), mib(r.after.File), mib(r.after.SlabReclaimable), mib(r.after.Swap),
+		r.stall(), maxText(r.before.Max))
+}
+
+func (r *shrinkReport) stall() string {
+	some, full := r.after.Pressure.Some-r.before.Pressure.Some, r.after.Pressure.Full-r.before.Pressure.Full
+	if some <= 0 && full <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", memory stall some %s full %s", round(some), round(full))
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func round(d time.Duration) time.Duration {
+	if d > time.Second {
+		return d.Round(10 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+func maxText(v int64) string {
+	if v == cgroup.Unlimited {
+		return "max"
+	}
+	return intent.FormatMemory(v)
+}
