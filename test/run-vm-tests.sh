@@ -29,5 +29,27 @@ test/vm/vm.sh prepare
 # the sched_switch tracepoint site for BPF attach/detach (one vCPU spinning
 # at the site with interrupts off, the other waiting in text_poke); seen in
 # about 1 of 9 runs with 2 vCPUs and never in 300 cycles with 1.
-exec test/vm/vm.sh run --payload "$payload" --containerd --mem 2G --cpus 1 --timeout 900 \
-	--env RESIZE_AGENT_REQUIRE_CGROUP2=1 --env RESIZE_AGENT_REQUIRE_BPF=1 -- sh /payload/run-tests.sh
+rc=0
+if [[ ${VM_TEST_PKGS:-} != none ]]; then
+	test/vm/vm.sh run --payload "$payload" --containerd --mem 2G --cpus 1 --timeout 900 \
+		--env RESIZE_AGENT_REQUIRE_CGROUP2=1 --env RESIZE_AGENT_REQUIRE_BPF=1 -- sh /payload/run-tests.sh || rc=$?
+fi
+
+# Second VM: systemd as PID 1 and containerd with the systemd cgroup driver
+# (vm.sh run --systemd), for the packages in VM_SYSTEMD_PKGS (default
+# ./test/systemd when VM_TEST_PKGS is not set; "none" skips this VM).
+sdpkgs=${VM_SYSTEMD_PKGS:-$([[ -z ${VM_TEST_PKGS:-} ]] && echo ./test/systemd || echo none)}
+if [[ $sdpkgs != none ]]; then
+	sdpayload=bin/vm-payload-systemd
+	rm -rf "$sdpayload"
+	mkdir -p "$sdpayload/tests"
+	read -r -a pkgs <<<"$sdpkgs"
+	for p in "${pkgs[@]}"; do
+		name=$(echo "${p#./}" | tr / _)
+		CGO_ENABLED=0 go test -c -trimpath -o "$sdpayload/tests/$name.test" "$p"
+	done
+	cp test/vm-tests-guest.sh "$sdpayload/run-tests.sh"
+	test/vm/vm.sh run --systemd --payload "$sdpayload" --containerd --mem 2G --cpus 1 --timeout 900 \
+		--env RESIZE_AGENT_REQUIRE_CGROUP2=1 --env RESIZE_AGENT_REQUIRE_SYSTEMD=1 -- sh /payload/run-tests.sh || rc=$?
+fi
+exit $rc
