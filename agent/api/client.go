@@ -174,6 +174,9 @@ func (c *Client) Watch(ctx context.Context, f agent.Filter, fn func(agent.Event)
 	for sc.Scan() {
 		var e agent.Event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err() // the cancellation cut the last line short
+			}
 			return fmt.Errorf("decoding event: %w", err)
 		}
 		if !fn(e) {
