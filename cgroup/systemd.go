@@ -109,6 +109,17 @@ func (m *Manager) UsesSystemd(p string) bool {
 	return ok
 }
 
+// Stored returns what the files of the cgroup p hold after a successful
+// Write(p, r): r itself, or, where Write goes through systemd, r with the
+// CPU quota systemd keeps (SystemdStored). Compare a State with it, not
+// with r, to tell a change made by someone else from systemd's rounding.
+func (m *Manager) Stored(p string, r Resources) Resources {
+	if !m.UsesSystemd(p) {
+		return r
+	}
+	return SystemdStored(r)
+}
+
 // systemdUnit returns the unit whose properties Write must set for the
 // clean path p, if any.
 func (m *Manager) systemdUnit(p string) (string, bool) {

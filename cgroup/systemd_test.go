@@ -269,6 +269,12 @@ func (f *fakeSystemd) Calls() []string {
 const fsPath = "/kubepods/burstable/pod1/c1"
 
 func newSystemdManager(t *testing.T, d cgroup.Driver, booted bool) (*cgroup.Manager, *fakeSystemd, string) {
+	return newSystemdManagerWait(t, d, booted, 10*time.Second)
+}
+
+// newSystemdManagerWait is newSystemdManager with a bound on the wait for
+// the fake to write the files (generous: machines under load are slow).
+func newSystemdManagerWait(t *testing.T, d cgroup.Driver, booted bool, wait time.Duration) (*cgroup.Manager, *fakeSystemd, string) {
 	t.Helper()
 	root := cgrouptest.FakeTree(t, ctrPath, fsPath)
 	run := filepath.Join(t.TempDir(), "run-systemd-system")
@@ -280,7 +286,7 @@ func newSystemdManager(t *testing.T, d cgroup.Driver, booted bool) (*cgroup.Mana
 	f := &fakeSystemd{t: t, root: root, units: map[string]string{scope: ctrPath}, delay: 30 * time.Millisecond}
 	t.Cleanup(f.wg.Wait)
 	m := cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck(),
-		cgroup.WithFakeSystemd(d, run, 500*time.Millisecond, f.dial))
+		cgroup.WithFakeSystemd(d, run, wait, f.dial))
 	return m, f, root
 }
 
@@ -297,6 +303,13 @@ func TestWriteSystemdUnit(t *testing.T) {
 	for _, d := range []cgroup.Driver{cgroup.DriverSystemd, cgroup.DriverAuto} {
 		t.Run(string(d), func(t *testing.T) {
 			m, f, _ := newSystemdManager(t, d, true)
+			q := cgroup.Resources{CPUMax: &cgroup.CPUMax{Quota: 123400, Period: 100000}}
+			if got := m.Stored(ctrPath, q).CPUMax.Quota; got != 124000 {
+				t.Errorf("Stored(unit) quota %d, want 124000", got)
+			}
+			if got := m.Stored(fsPath, q).CPUMax.Quota; got != 123400 {
+				t.Errorf("Stored(cgroupfs path) quota %d, want 123400", got)
+			}
 			if !m.UsesSystemd(ctrPath) || m.UsesSystemd(fsPath) {
 				t.Fatalf("UsesSystemd: unit %v, cgroupfs path %v", m.UsesSystemd(ctrPath), m.UsesSystemd(fsPath))
 			}
@@ -385,7 +398,7 @@ func TestWriteSystemdFailures(t *testing.T) {
 		}
 	})
 	t.Run("not applied", func(t *testing.T) {
-		m, f, _ := newSystemdManager(t, cgroup.DriverSystemd, true)
+		m, f, _ := newSystemdManagerWait(t, cgroup.DriverSystemd, true, 200*time.Millisecond)
 		f.ignore = true
 		err := m.Write(ctrPath, r)
 		if !errors.Is(err, cgroup.ErrVerify) {

@@ -77,6 +77,7 @@ EOF
 [Unit]
 Description=vmharness command
 DefaultDependencies=no
+OnFailure=vmharness-failed.service
 
 [Service]
 Type=simple
@@ -91,7 +92,20 @@ Delegate=yes
 KillMode=process
 TimeoutStartSec=infinity
 EOF
-	log "stage2: exec systemd"
+	# If the unit cannot even start, say so and end the VM (else: timeout).
+	cat >/etc/systemd/system/vmharness-failed.service <<EOF
+[Unit]
+Description=vmharness command failed to run
+DefaultDependencies=no
+
+[Service]
+Type=oneshot
+StandardOutput=tty
+TTYPath=/dev/console
+ExecStart=/bin/busybox sh -c 'echo "VMHARNESS-SETUP-FAILED: vmharness.service failed"; echo VMHARNESS-EXIT=125; /bin/busybox poweroff -f'
+EOF
+	mount -t proc proc /proc
+	log "stage2: exec systemd ($(cut -d' ' -f1 /proc/uptime)s since kernel start)"
 	# shellcheck disable=SC2093
 	exec /lib/systemd/systemd
 	fail "exec /lib/systemd/systemd failed"
