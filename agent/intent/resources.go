@@ -2,6 +2,8 @@ package intent
 
 import (
 	"fmt"
+	"math"
+	"math/big"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,21 +75,50 @@ func quantity(field string, name corev1.ResourceName, q resource.Quantity, milli
 	if q.Sign() < 0 {
 		return 0, invalid("%s.%s: %s is negative", field, name, q.String())
 	}
+	unit, max := int64(0), int64(math.MaxInt64)
 	if milli {
-		if q.Cmp(*resource.NewMilliQuantity(maxMilliCPU, resource.DecimalSI)) > 0 {
-			return 0, invalid("%s.%s: %s is too large", field, name, q.String())
-		}
-		return q.MilliValue(), nil
+		unit, max = 3, maxMilliCPU
 	}
-	v, ok := q.AsInt64()
+	v, ok := scaled(q, unit, max)
 	if !ok {
-		// Fractional bytes round up, as the API server's canonical form does.
-		v = q.Value()
-		if v < 0 {
-			return 0, invalid("%s.%s: %s is too large", field, name, q.String())
-		}
+		return 0, invalid("%s.%s: %s is too large", field, name, q.String())
 	}
 	return v, nil
+}
+
+// scaled returns q in units of 10^-unit, rounded up (fractional bytes and
+// millicores round up, as the API server's canonical form does), or false
+// when that is above max. It works on the decimal's digits and exponent, as
+// Quantity.Value and Cmp do not: Value wraps to 0 for 1e100 and Cmp takes
+// minutes to scale 9e99999999.
+func scaled(q resource.Quantity, unit, max int64) (int64, bool) {
+	d := q.AsDec()
+	u := d.UnscaledBig()
+	if u.Sign() == 0 {
+		return 0, true
+	}
+	ten := big.NewInt(10)
+	// q * 10^unit = u * 10^e
+	e := unit - int64(d.Scale())
+	v := new(big.Int)
+	switch digits := int64(len(u.Text(10))); {
+	case e > 19:
+		return 0, false
+	case e >= 0:
+		v.Mul(u, new(big.Int).Exp(ten, big.NewInt(e), nil))
+	case -e >= digits:
+		v.SetInt64(1) // below one unit
+	default:
+		var rem big.Int
+		v.QuoRem(u, new(big.Int).Exp(ten, big.NewInt(-e), nil), &rem)
+		if rem.Sign() != 0 {
+			v.Add(v, big.NewInt(1))
+		}
+	}
+	if !v.IsInt64() || v.Int64() > max {
+		return 0, false
+	}
+	return v.Int64(), true
 }
 
 // IsZero reports whether c changes nothing.
