@@ -73,6 +73,7 @@ type Agent struct {
 	cg       Cgroups
 	rt       Runtime
 	pressure []pressure.Source
+	drift    drifts // drift.go
 	ledger   *admission.Ledger
 	log      *slog.Logger
 	metrics  *metrics.Metrics
@@ -917,6 +918,7 @@ type ContainerInfo struct {
 	PendingIntent string             `json:"pendingIntent,omitempty"`
 	LastIntent    string             `json:"lastIntent,omitempty"`
 	QOSClass      corev1.PodQOSClass `json:"qosClass"`
+	Drift         *DriftInfo         `json:"drift,omitempty"` // values changed behind the agent's back
 }
 
 // CgroupValues are the live values of a container's cgroup files.
@@ -934,6 +936,7 @@ func (a *Agent) Containers() []ContainerInfo {
 	for _, c := range a.containers {
 		ci := ContainerInfo{Name: c.name, CgroupPath: c.cgroup, PodCgroupPath: c.pod, ContainerID: c.runtimeID, PodUID: c.podUID, Resources: c.res,
 			ManagesCPU: c.cpu, ManagesMemory: c.mem, Allocated: a.ledger.Get(c.key), LastIntent: c.last, QOSClass: intent.QOSClass(c.res)}
+		ci.Drift = a.driftInfoLocked(c)
 		if c.pending != nil {
 			ci.PendingIntent = c.pending.ID
 		}

@@ -23,6 +23,12 @@ type Metrics struct {
 	CgroupWrites *prometheus.CounterVec
 	// RuntimeCalls counts CRI update and restart calls by result.
 	RuntimeCalls *prometheus.CounterVec
+	// Drift counts drifts of managed cgroup files (values another writer
+	// changed) by resource and what the agent did (report, restore, adopt,
+	// refuse, backoff); each drift is counted once per action.
+	Drift *prometheus.CounterVec
+	// DriftedContainers is the number of containers drifted at the last check.
+	DriftedContainers prometheus.Gauge
 }
 
 // Buckets span a direct cgroup write (well under a millisecond) to a
@@ -62,6 +68,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.ResizeDuration, m.Resizes, m.InFlight, m.CgroupWrites, m.RuntimeCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	newDrift(m, reg)
 	for _, o := range []string{"completed", "failed", "infeasible", "deferred", "superseded"} {
 		m.Resizes.WithLabelValues(o)
 	}
@@ -90,4 +97,23 @@ func RegisterNode(reg prometheus.Registerer, n Node) {
 		gauge("node_allocated_memory_bytes", "Sum of the memory requests of the containers the agent manages.", func() float64 { return float64(n.AllocatedMemory()) }),
 		gauge("managed_containers", "Containers the agent manages.", func() float64 { return float64(n.ManagedContainers()) }),
 	)
+}
+
+func newDrift(m *Metrics, reg prometheus.Registerer) {
+	m.Drift = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace,
+		Name:      "drift_total",
+		Help:      "Managed cgroup values found changed behind the agent's back, by resource and action (report, restore, adopt, refuse, backoff).",
+	}, []string{"resource", "action"})
+	m.DriftedContainers = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace,
+		Name:      "drifted_containers",
+		Help:      "Managed containers whose cgroup values differed from their last completed intent at the last drift check.",
+	})
+	reg.MustRegister(m.Drift, m.DriftedContainers)
+	for _, r := range []string{"cpu", "memory"} {
+		for _, a := range []string{"report", "restore", "adopt", "refuse", "backoff"} {
+			m.Drift.WithLabelValues(r, a)
+		}
+	}
 }

@@ -1,0 +1,663 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/cgroup"
+)
+
+// DriftPolicy is what the agent does when a managed container's cgroup no
+// longer holds what its last completed intent gave it.
+type DriftPolicy string
+
+const (
+	// DriftReport only reports: metric, log, the container listing.
+	DriftReport DriftPolicy = "report"
+	// DriftRestore writes the agent's values back, through an internal
+	// intent (ID prefix DriftIntentPrefix) serialized with the container's
+	// other intents and applied like them (through the runtime for a
+	// runtime's container).
+	DriftRestore DriftPolicy = "restore"
+	// DriftAdopt takes the limits found in the files as the container's
+	// resources, when that keeps its QoS class and fits the node.
+	DriftAdopt DriftPolicy = "adopt"
+	// DriftOff turns the check off.
+	DriftOff DriftPolicy = "off"
+)
+
+// ParseDriftPolicy checks a policy name.
+func ParseDriftPolicy(s string) (DriftPolicy, error) {
+	switch p := DriftPolicy(s); p {
+	case DriftReport, DriftRestore, DriftAdopt, DriftOff:
+		return p, nil
+	}
+	return "", fmt.Errorf("drift policy %q is not report, restore, adopt or off", s)
+}
+
+// DriftIntentPrefix starts the ID of the intents the agent makes itself to
+// restore or adopt drifted values.
+const DriftIntentPrefix = "drift-"
+
+// ReasonDriftAdopted is the reason of the (Completed) intent that records
+// an adoption.
+const ReasonDriftAdopted = "DriftAdopted"
+
+// Actions, as in the action label of resize_agent_drift_total and in
+// DriftInfo.Action.
+const (
+	DriftActionReport  = "report"  // reported only
+	DriftActionRestore = "restore" // a restore intent was made
+	DriftActionAdopt   = "adopt"   // the found values became the container's resources
+	DriftActionRefuse  = "refuse"  // adoption refused (QoS, capacity, not expressible)
+	DriftActionBackoff = "backoff" // another writer keeps undoing the restores: no restore for a while
+)
+
+// WithDriftPolicy sets what DriftCheck does about drift (default restore).
+func WithDriftPolicy(p DriftPolicy) Option { return func(a *Agent) { a.drift.policy = p } }
+
+// WithDriftBackoff sets the flapping guard: when drift comes back after
+// restores restores within window, the agent stops restoring for window
+// (doubling each time the fight resumes, up to 16 windows). RunDrift
+// defaults window to ten intervals; restores defaults to 3.
+func WithDriftBackoff(window time.Duration, restores int) Option {
+	return func(a *Agent) { a.drift.window, a.drift.restores = window, restores }
+}
+
+// DriftInfo is a container's drift: the files that no longer hold what the
+// agent gave them, and what the agent did about it.
+type DriftInfo struct {
+	Files     []DriftFile `json:"files"`
+	FirstSeen time.Time   `json:"firstSeen"`
+	LastSeen  time.Time   `json:"lastSeen"`
+	Policy    DriftPolicy `json:"policy"`
+	Action    string      `json:"action"`
+	Message   string      `json:"message,omitempty"`
+	// Intent is the last intent the agent made for this drift.
+	Intent string `json:"intent,omitempty"`
+	// Restores counts the restore intents made since the drift was first seen.
+	Restores int `json:"restores,omitempty"`
+	// BackoffUntil is set while the agent holds off restoring.
+	BackoffUntil *time.Time `json:"backoffUntil,omitempty"`
+}
+
+// DriftFile is one drifted file.
+type DriftFile struct {
+	Cgroup   string `json:"cgroup"`
+	File     string `json:"file"`
+	Expected string `json:"expected"`
+	Found    string `json:"found"`
+}
+
+func (f DriftFile) String() string {
+	return f.Cgroup + "/" + f.File + ": " + f.Found + " (expected " + f.Expected + ")"
+}
+
+// DriftResult sums up one DriftCheck.
+type DriftResult struct {
+	Checked int // containers whose files were read
+	Drifted int // containers drifted now
+	// Recheck is set while a restore waits to be verified: RunDrift then
+	// looks again soon, so that a writer fighting the agent is caught.
+	Recheck bool
+}
+
+// drifts is the drift policy and state; a.mu guards it.
+type drifts struct {
+	policy   DriftPolicy
+	window   time.Duration
+	restores int
+	state    map[string]*driftState // by container key
+}
+
+// driftState is what the agent remembers of one container's drift.
+type driftState struct {
+	c      *container
+	info   *DriftInfo // nil: the files match
+	sig    string     // the found values of info, to report each change once
+	seen   string     // c.last when last checked: another intent resets the state
+	intent string     // the last drift intent
+	verify bool       // a restore was made and not yet checked
+	// The flapping guard: restores made within the window, whether the
+	// agent has had to back off, for how long and until when.
+	restoresAt []time.Time
+	contested  bool
+	backoff    time.Duration
+	until      time.Time
+}
+
+// probe is what one container's check reads, snapshotted under the lock.
+type probe struct {
+	c        *container
+	path     string
+	want     cgroup.Resources
+	pod      string            // "" unless c speaks for its pod
+	podWant  cgroup.Resources  // what the agent writes to the pod
+	last     map[string]string // the last intent of c and its pod's members, by key
+	st       cgroup.State      // read without the lock
+	files    []DriftFile
+	readErr  error
+	podFiles []DriftFile
+}
+
+const (
+	defaultDriftWindow   = 2 * time.Minute
+	defaultDriftRestores = 3
+	maxDriftBackoff      = 16 // windows
+)
+
+// RunDrift checks for drift every interval until ctx ends, and sooner while
+// a restore waits to be verified.
+func (a *Agent) RunDrift(ctx context.Context, interval time.Duration) {
+	a.mu.Lock()
+	if a.drift.policy == DriftOff {
+		a.mu.Unlock()
+		return
+	}
+	if a.drift.window == 0 {
+		a.drift.window = 10 * interval
+	}
+	a.mu.Unlock()
+	soon := min(max(interval/5, 50*time.Millisecond), 2*time.Second)
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			next := interval
+			if a.DriftCheck(ctx).Recheck {
+				next = soon
+			}
+			t.Reset(next)
+		}
+	}
+}
+
+// DriftCheck compares the files of every idle managed container (no intent
+// running or queued) with what its last completed intent gave it, and its
+// pod's cgroup with what the agent wrote there, and acts on differences by
+// the policy. The files are read without the lock; a container whose
+// intents moved on meanwhile is left for the next check.
+func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
+	a.mu.Lock()
+	if a.drift.policy == DriftOff {
+		a.mu.Unlock()
+		return DriftResult{}
+	}
+	probes := a.probesLocked()
+	a.mu.Unlock()
+
+	pageSize := a.cg.PageSize()
+	for _, p := range probes {
+		if ctx.Err() != nil {
+			break
+		}
+		p.st, p.readErr = a.cg.Read(p.path)
+		if p.readErr != nil {
+			continue // gone or unreadable: Resync and the exit watcher deal with it
+		}
+		p.files = differ(p.path, p.st, p.want, pageSize)
+		if p.pod != "" {
+			if ps, err := a.cg.Read(p.pod); err == nil {
+				p.podFiles = differ(p.pod, ps, p.podWant, pageSize)
+			}
+		}
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var res DriftResult
+	for _, p := range probes {
+		if p.readErr != nil || ctx.Err() != nil || !a.unchangedLocked(p) {
+			continue
+		}
+		res.Checked++
+		a.actLocked(p)
+	}
+	for key, d := range a.drift.state {
+		if a.containers[key] != d.c {
+			delete(a.drift.state, key)
+			continue
+		}
+		if d.info != nil {
+			res.Drifted++
+		}
+		res.Recheck = res.Recheck || d.verify
+	}
+	if a.metrics != nil {
+		a.metrics.DriftedContainers.Set(float64(res.Drifted))
+	}
+	return res
+}
+
+// probesLocked snapshots what the idle containers should hold. A pod's
+// cgroup is checked with its first member (by key) that declares a
+// resource, and only when all its members are idle.
+func (a *Agent) probesLocked() []*probe {
+	pods := map[string][]*container{}
+	for _, c := range a.containers {
+		if c.pod != "" {
+			pods[c.pod] = append(pods[c.pod], c)
+		}
+	}
+	var out []*probe
+	for _, c := range a.containers {
+		if (!c.cpu && !c.mem) || !idle(c) {
+			continue
+		}
+		p := &probe{c: c, path: c.cgroup, want: c.res.Cgroup(a.period, c.cpu, c.mem), last: map[string]string{c.key: c.last}}
+		if members := pods[c.pod]; c.pod != "" && speaker(members) == c && !slices.ContainsFunc(members, func(o *container) bool { return !idle(o) }) {
+			var all []intent.Resources
+			pcpu, pmem := false, false
+			for _, o := range members {
+				all = append(all, o.res)
+				pcpu, pmem = pcpu || o.cpu, pmem || o.mem
+				p.last[o.key] = o.last
+			}
+			p.pod, p.podWant = c.pod, podResources(all).Cgroup(a.period, pcpu, pmem)
+		}
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].c.key < out[j].c.key })
+	return out
+}
+
+func idle(c *container) bool { return !c.running && c.pending == nil }
+
+func speaker(members []*container) *container {
+	var s *container
+	for _, o := range members {
+		if (o.cpu || o.mem) && (s == nil || o.key < s.key) {
+			s = o
+		}
+	}
+	return s
+}
+
+// unchangedLocked reports whether nothing ran for p's container and pod
+// since the snapshot, so that what was read is drift and not an apply.
+func (a *Agent) unchangedLocked(p *probe) bool {
+	c := p.c
+	if a.closing || a.containers[c.key] != c || !idle(c) || c.cgroup != p.path {
+		return false
+	}
+	if p.pod != "" {
+		n := 0
+		for _, o := range a.containers {
+			if o.pod == p.pod {
+				n++
+				if last, ok := p.last[o.key]; !ok || last != o.last || !idle(o) {
+					return false
+				}
+			}
+		}
+		return n == len(p.last)
+	}
+	return p.last[c.key] == c.last
+}
+
+// differ lists the files of want that st does not hold.
+func differ(path string, st cgroup.State, want cgroup.Resources, pageSize int64) []DriftFile {
+	var out []DriftFile
+	for _, v := range want.Values() {
+		if !st.Matches(want.Only(v.File), pageSize) {
+			out = append(out, DriftFile{Cgroup: path, File: v.File, Expected: v.Data, Found: found(st, v.File)})
+		}
+	}
+	return out
+}
+
+func found(st cgroup.State, file string) string {
+	switch file {
+	case cgroup.FileCPUMax:
+		return st.CPUMax.String()
+	case cgroup.FileCPUWeight:
+		return strconv.FormatUint(st.CPUWeight, 10)
+	}
+	if st.MemoryMax == cgroup.Unlimited {
+		return "max"
+	}
+	return strconv.FormatInt(st.MemoryMax, 10)
+}
+
+// actLocked records p's outcome and acts on drift by the policy.
+func (a *Agent) actLocked(p *probe) {
+	c := p.c
+	d := a.drift.state[c.key]
+	if d == nil || d.c != c {
+		if a.drift.state == nil {
+			a.drift.state = map[string]*driftState{}
+		}
+		d = &driftState{c: c, seen: c.last}
+		a.drift.state[c.key] = d
+	}
+	now := a.now()
+	if c.last != d.seen && c.last != d.intent {
+		// Another intent has set new values: the fight, if any, is over,
+		// and what differs now is a new drift.
+		*d = driftState{c: c}
+	}
+	d.seen = c.last
+	files := append(slices.Clone(p.files), p.podFiles...)
+	if len(files) == 0 {
+		if d.info != nil {
+			a.log.Info("cgroup drift resolved", "container", c.name, "cgroup", c.cgroup, "after", now.Sub(d.info.FirstSeen).Round(time.Millisecond))
+		}
+		d.info, d.sig, d.verify = nil, "", false
+		if d.contested && now.After(d.until) && (len(d.restoresAt) == 0 || now.Sub(d.restoresAt[len(d.restoresAt)-1]) > a.driftWindow()) {
+			d.contested, d.backoff, d.restoresAt = false, 0, nil
+		}
+		return
+	}
+	sig := signature(files)
+	// Act on a drift once: when first seen, when the values found change,
+	// when it comes back after a restore, and when a backoff ends.
+	fresh := d.info == nil || d.sig != sig || d.verify || d.info.Action == DriftActionBackoff && !now.Before(d.until)
+	if d.info == nil {
+		d.info = &DriftInfo{FirstSeen: now}
+	}
+	d.sig, d.verify = sig, false
+	info := d.info
+	info.Files, info.LastSeen, info.Policy = files, now, a.driftPolicy()
+	if !fresh {
+		return // reported and acted on already; nothing new
+	}
+	switch a.driftPolicy() {
+	case DriftReport:
+		a.driftNoteLocked(c, d, files, DriftActionReport, "")
+	case DriftAdopt:
+		if len(p.files) > 0 && a.adoptLocked(c, d, p) {
+			if len(p.podFiles) == 0 {
+				d.info, d.sig = nil, "" // the files hold the container's values now
+				return
+			}
+			info.Files, d.sig = p.podFiles, signature(p.podFiles)
+		}
+		if len(p.podFiles) > 0 {
+			a.driftNoteLocked(c, d, p.podFiles, DriftActionReport, "the pod-level values follow from its containers' and are not adopted")
+		}
+	default:
+		a.restoreLocked(c, d, files, now)
+	}
+}
+
+func (a *Agent) driftPolicy() DriftPolicy {
+	if a.drift.policy == "" {
+		return DriftRestore
+	}
+	return a.drift.policy
+}
+
+func signature(files []DriftFile) string {
+	var b strings.Builder
+	for _, f := range files {
+		b.WriteString(f.Cgroup + "/" + f.File + "=" + f.Found + ";")
+	}
+	return b.String()
+}
+
+func (a *Agent) driftWindow() time.Duration {
+	if a.drift.window > 0 {
+		return a.drift.window
+	}
+	return defaultDriftWindow
+}
+
+// driftNoteLocked records the action taken, counts it per resource, and
+// logs it.
+func (a *Agent) driftNoteLocked(c *container, d *driftState, files []DriftFile, action, msg string) {
+	d.info.Action, d.info.Message = action, msg
+	if a.metrics != nil {
+		for _, res := range resourcesOf(files) {
+			a.metrics.Drift.WithLabelValues(res, action).Inc()
+		}
+	}
+	desc := make([]string, len(files))
+	for i, f := range files {
+		desc[i] = f.String()
+	}
+	a.log.Warn("cgroup drift", "container", c.name, "cgroup", c.cgroup, "policy", a.driftPolicy(), "action", action,
+		"files", strings.Join(desc, "; "), "message", msg, "intent", d.info.Intent)
+}
+
+func resourcesOf(files []DriftFile) []string {
+	var out []string
+	for _, f := range files {
+		res := "cpu"
+		if f.File == cgroup.FileMemoryMax {
+			res = "memory"
+		}
+		if !slices.Contains(out, res) {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// restoreLocked makes an intent that puts the container's values back,
+// unless the flapping guard says to hold off.
+func (a *Agent) restoreLocked(c *container, d *driftState, files []DriftFile, now time.Time) {
+	window := a.driftWindow()
+	if now.Before(d.until) {
+		d.info.Action = DriftActionBackoff
+		return
+	}
+	d.info.BackoffUntil = nil
+	d.restoresAt = slices.DeleteFunc(d.restoresAt, func(t time.Time) bool { return now.Sub(t) > window })
+	limit := a.drift.restores
+	if limit <= 0 {
+		limit = defaultDriftRestores
+	}
+	prev := ""
+	if r, ok := a.intents[d.intent]; ok && r.Status.State != intent.Completed {
+		prev = fmt.Sprintf("; the last restore intent %s ended %s: %s", r.ID, r.Status.State, r.Status.Message)
+	}
+	if len(d.restoresAt) >= limit || (d.contested && len(d.restoresAt) > 0) {
+		d.contested = true
+		d.backoff = min(max(2*d.backoff, window), maxDriftBackoff*window)
+		d.until = now.Add(d.backoff)
+		until := d.until
+		d.info.BackoffUntil = &until
+		a.driftNoteLocked(c, d, files, DriftActionBackoff, fmt.Sprintf(
+			"the drift came back after %d restore(s) within %s: another writer seems to own these files; not restoring until %s%s",
+			len(d.restoresAt), window, until.UTC().Format(time.RFC3339), prev))
+		return
+	}
+	r, err := a.driftIntentLocked(c)
+	if err != nil {
+		a.driftNoteLocked(c, d, files, DriftActionReport, "cannot restore: "+err.Error())
+		return
+	}
+	d.restoresAt = append(d.restoresAt, now)
+	d.intent, d.verify = r.ID, true
+	d.info.Intent = r.ID
+	d.info.Restores++
+	a.driftNoteLocked(c, d, files, DriftActionRestore, "restoring through intent "+r.ID+prev)
+	c.pending = r
+	a.kickLocked(c)
+	a.evictLocked()
+}
+
+// driftIntentLocked accepts an intent that gives c again the resources it
+// holds, for the declared resources only. It bypasses Submit, which would
+// supersede an intent queued meanwhile; the caller holds the lock and has
+// checked that c is idle.
+func (a *Agent) driftIntentLocked(c *container) (*record, error) {
+	spec := declaredSpec(c)
+	spec, change, err := intent.Validate(spec)
+	if err != nil {
+		return nil, err
+	}
+	now := a.now()
+	a.seq++
+	r := &record{Intent: intent.Intent{ID: spec.ID, Spec: spec, Status: intent.Status{
+		State: intent.Proposed, AcceptedAt: now, UpdatedAt: now,
+		Message: "made by the agent to restore drifted cgroup values",
+	}}, change: change, seq: a.seq}
+	a.intents[r.ID] = r
+	a.order = append(a.order, r.ID)
+	a.gauge(1)
+	a.hub.publish(Event{"ADDED", r.Intent})
+	return r, nil
+}
+
+// declaredSpec is a spec for c's declared resources as it holds them now.
+func declaredSpec(c *container) intent.Spec {
+	t := intent.Target{Name: c.name, PodCgroupPath: c.pod}
+	switch {
+	case c.runtimeID == "":
+		t.CgroupPath = c.cgroup
+	case c.podUID != "":
+		t.PodUID = c.podUID
+	default:
+		t.ContainerID = c.runtimeID
+	}
+	req, lim := corev1.ResourceList{}, corev1.ResourceList{}
+	if c.cpu {
+		req[corev1.ResourceCPU] = *resource.NewMilliQuantity(c.res.CPURequest, resource.DecimalSI)
+		if c.res.CPULimit > 0 {
+			lim[corev1.ResourceCPU] = *resource.NewMilliQuantity(c.res.CPULimit, resource.DecimalSI)
+		}
+	}
+	if c.mem {
+		req[corev1.ResourceMemory] = *resource.NewQuantity(c.res.MemoryRequest, resource.BinarySI)
+		if c.res.MemoryLimit > 0 {
+			lim[corev1.ResourceMemory] = *resource.NewQuantity(c.res.MemoryLimit, resource.BinarySI)
+		}
+	}
+	s := intent.Spec{ID: DriftIntentPrefix + newID(), Target: t}
+	s.Resources.Requests = req
+	if len(lim) > 0 {
+		s.Resources.Limits = lim
+	}
+	return s
+}
+
+// adoptLocked makes the values found on c's own cgroup its resources, when
+// they can be expressed as requests and limits, keep the QoS class and fit
+// the node; otherwise it refuses and says why. It reports whether it
+// adopted.
+func (a *Agent) adoptLocked(c *container, d *driftState, p *probe) bool {
+	want, err := a.adoptedLocked(c, p.st, p.files)
+	if err != nil {
+		a.driftNoteLocked(c, d, p.files, DriftActionRefuse, "not adopted: "+err.Error())
+		return false
+	}
+	old := c.res
+	c.res = want
+	now := a.now()
+	a.seq++
+	spec := declaredSpec(c)
+	spec, change, _ := intent.Validate(spec)
+	desc := make([]string, len(p.files))
+	for i, f := range p.files {
+		desc[i] = f.File + "=" + f.Found
+	}
+	msg := fmt.Sprintf("adopted the values another writer set (%s): %s, was %s", strings.Join(desc, " "), want, old)
+	r := &record{Intent: intent.Intent{ID: spec.ID, Spec: spec, Status: intent.Status{
+		State: intent.Completed, Reason: ReasonDriftAdopted, Message: msg,
+		AcceptedAt: now, UpdatedAt: now, CompletedAt: &now,
+	}}, change: change, seq: a.seq}
+	a.intents[r.ID] = r
+	a.order = append(a.order, r.ID)
+	a.hub.publish(Event{"ADDED", r.Intent})
+	c.last, d.seen, d.intent = r.ID, r.ID, r.ID
+	d.info.Intent = r.ID
+	a.driftNoteLocked(c, d, p.files, DriftActionAdopt, msg)
+	a.evictLocked()
+	if requests(want).MilliCPU < requests(old).MilliCPU {
+		a.retryDeferredLocked()
+	}
+	return true
+}
+
+// adoptedLocked is c's resources with the drifted files' values taken in.
+// The memory request stays as declared (no file holds it); a changed
+// cpu.weight is taken as the CPU request that gives it.
+func (a *Agent) adoptedLocked(c *container, st cgroup.State, files []DriftFile) (intent.Resources, error) {
+	n := c.res
+	for _, f := range files {
+		switch f.File {
+		case cgroup.FileCPUMax:
+			n.CPULimit = 0
+			if q := st.CPUMax.Quota; q != cgroup.Unlimited {
+				if st.CPUMax.Period != a.period {
+					return n, fmt.Errorf("cpu.max %s has a period other than the agent's %d", st.CPUMax, a.period)
+				}
+				n.CPULimit = q * cgroup.MilliCPUToCPU / int64(a.period)
+				if n.CPULimit == 0 || cgroup.MilliCPUToQuota(n.CPULimit, a.period) != q {
+					return n, fmt.Errorf("cpu.max %s is not a whole number of millicores", st.CPUMax)
+				}
+			}
+		case cgroup.FileCPUWeight:
+			m, ok := requestForWeight(st.CPUWeight)
+			if !ok {
+				return n, fmt.Errorf("cpu.weight %d is not the weight of any CPU request", st.CPUWeight)
+			}
+			n.CPURequest = m
+		case cgroup.FileMemoryMax:
+			n.MemoryLimit = 0
+			if st.MemoryMax != cgroup.Unlimited {
+				n.MemoryLimit = st.MemoryMax
+			}
+		}
+	}
+	if n.CPULimit > 0 && n.CPURequest > n.CPULimit {
+		return n, fmt.Errorf("the CPU request %s would be above the limit %s", intent.FormatCPU(n.CPURequest), intent.FormatCPU(n.CPULimit))
+	}
+	if n.MemoryLimit > 0 && n.MemoryRequest > n.MemoryLimit {
+		return n, fmt.Errorf("the declared memory request %s would be above the limit %s", intent.FormatMemory(n.MemoryRequest), intent.FormatMemory(n.MemoryLimit))
+	}
+	if c.cpu && c.mem {
+		if before, after := a.podQOSLocked(c, c.res), a.podQOSLocked(c, n); before != after {
+			return n, fmt.Errorf("%s: it would change the QoS class from %s to %s", intent.ReasonQoSChange, before, after)
+		}
+	}
+	if req := requests(n); req != requests(c.res) {
+		if dec := a.ledger.Reserve(c.key, req); dec.Verdict != admission.Fit {
+			return n, fmt.Errorf("the CPU request %s it implies does not fit: %s", intent.FormatCPU(n.CPURequest), dec.Message)
+		}
+	}
+	return n, nil
+}
+
+// requestForWeight inverts cgroup.MilliCPUToWeight: of the CPU requests
+// whose weight is w (a range, the conversion being many to one), the
+// roundest, as a person or the kubelet would have asked for it.
+func requestForWeight(w uint64) (int64, bool) {
+	top := int(int64(cgroup.MaxShares) * cgroup.MilliCPUToCPU / cgroup.SharesPerCPU)
+	lo := int64(sort.Search(top+1, func(i int) bool { return cgroup.MilliCPUToWeight(int64(i)) >= w }))
+	hi := int64(sort.Search(top+1, func(i int) bool { return cgroup.MilliCPUToWeight(int64(i)) > w })) - 1
+	if lo > hi {
+		return 0, false
+	}
+	for p := int64(100000); p > 1; p /= 10 {
+		if x := (lo + p - 1) / p * p; x <= hi {
+			return x, true
+		}
+	}
+	return lo, true
+}
+
+// driftInfoLocked is a copy of c's drift, for the container listing.
+func (a *Agent) driftInfoLocked(c *container) *DriftInfo {
+	d := a.drift.state[c.key]
+	if d == nil || d.c != c || d.info == nil {
+		return nil
+	}
+	info := *d.info
+	info.Files = slices.Clone(info.Files)
+	return &info
+}

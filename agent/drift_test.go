@@ -1,0 +1,529 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/resizer/resize-agent/agent"
+	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/agenttest"
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+)
+
+// hookCgroups calls onRead before each Read: to act in the window between
+// the drift check's read and its decision.
+type hookCgroups struct {
+	*recorder
+	mu     sync.Mutex
+	onRead func(path string)
+}
+
+func (h *hookCgroups) Read(p string) (cgroup.State, error) {
+	h.mu.Lock()
+	f := h.onRead
+	h.mu.Unlock()
+	if f != nil {
+		f(p)
+	}
+	return h.recorder.Read(p)
+}
+
+// clock is a settable time.Now.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+type driftFixture struct {
+	root string
+	cg   *hookCgroups
+	a    *agent.Agent
+	m    *metrics.Metrics
+	clk  *clock
+}
+
+func newDriftFixture(t *testing.T, alloc admission.Capacity, opts []agent.Option, paths ...string) *driftFixture {
+	t.Helper()
+	root := cgrouptest.FakeTree(t, paths...)
+	cg := &hookCgroups{recorder: &recorder{Manager: cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())}}
+	m := metrics.New(prometheus.NewRegistry())
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	opts = append([]agent.Option{agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), agent.WithMetrics(m), agent.WithClock(clk.Now)}, opts...)
+	a := agent.New(cg, admission.NewLedger(alloc), opts...)
+	t.Cleanup(func() {
+		if err := a.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return &driftFixture{root, cg, a, m, clk}
+}
+
+var bigNode = admission.Capacity{MilliCPU: 8000, Memory: 16 << 30}
+
+// check runs a drift check over all managed containers (retrying while a
+// worker is still winding down after its intent settled) and waits for the
+// drift intents it made.
+func (f *driftFixture) check(t *testing.T) agent.DriftResult {
+	t.Helper()
+	return checkAll(t, f.a)
+}
+
+func checkAll(t *testing.T, a *agent.Agent) agent.DriftResult {
+	t.Helper()
+	managed := 0
+	for _, c := range a.Containers() {
+		if c.ManagesCPU || c.ManagesMemory {
+			managed++
+		}
+	}
+	var res agent.DriftResult
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if res = a.DriftCheck(context.Background()); res.Checked >= managed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("drift check saw %d of %d containers idle", res.Checked, managed)
+		}
+	}
+	for _, it := range a.List(agent.Filter{}, "") {
+		if strings.HasPrefix(it.ID, agent.DriftIntentPrefix) && !it.Status.State.Terminal() {
+			settle(t, a, it.ID)
+		}
+	}
+	return res
+}
+
+func (f *driftFixture) driftIntents() []intent.Intent {
+	var out []intent.Intent
+	for _, it := range f.a.List(agent.Filter{}, "") {
+		if strings.HasPrefix(it.ID, agent.DriftIntentPrefix) {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+func (f *driftFixture) container(t *testing.T, name string) agent.ContainerInfo {
+	t.Helper()
+	for _, c := range f.a.Containers() {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %q", name)
+	return agent.ContainerInfo{}
+}
+
+func (f *driftFixture) count(res, action string) float64 {
+	return testutil.ToFloat64(f.m.Drift.WithLabelValues(res, action))
+}
+
+func TestDriftRestore(t *testing.T) {
+	f := newDriftFixture(t, bigNode, nil, "/pod/a")
+	it := submit(t, f.a, spec("a", "/pod/a", map[string]string{"cpu": "500m", "memory": "128Mi"}, map[string]string{"cpu": "1", "memory": "256Mi"}))
+	if it.Status.State != intent.Completed {
+		t.Fatalf("intent: %+v", it.Status)
+	}
+	if r := f.check(t); r.Checked != 1 || r.Drifted != 0 || r.Recheck {
+		t.Fatalf("clean check: %+v", r)
+	}
+
+	cgrouptest.SetFile(t, f.root, "/pod/a", "cpu.max", "20000 100000")
+	r := f.check(t)
+	if r.Drifted != 1 || !r.Recheck {
+		t.Fatalf("drift check: %+v", r)
+	}
+	if got := cgrouptest.ReadFile(t, f.root, "/pod/a", "cpu.max"); got != "100000 100000" {
+		t.Errorf("cpu.max after restore = %q", got)
+	}
+	ds := f.driftIntents()
+	if len(ds) != 1 || ds[0].Status.State != intent.Completed || ds[0].Status.Reason != intent.ReasonApplied {
+		t.Fatalf("drift intents: %+v", ds)
+	}
+	if ap := ds[0].Status.Applied["/pod/a"]; len(ap) != 2 || ap[1].File != "cpu.max" {
+		// The cpu group (weight and max) is written whole.
+		t.Errorf("applied: %+v", ds[0].Status.Applied)
+	}
+	if d := f.container(t, "a").Drift; d == nil || d.Action != agent.DriftActionRestore || d.Intent != ds[0].ID ||
+		len(d.Files) != 1 || d.Files[0].Found != "20000 100000" || d.Files[0].Expected != "100000 100000" {
+		t.Fatalf("drift info before the verifying check: %+v", d)
+	}
+	if f.count("cpu", "restore") != 1 || f.count("memory", "restore") != 0 {
+		t.Errorf("drift_total: cpu/restore %v memory/restore %v", f.count("cpu", "restore"), f.count("memory", "restore"))
+	}
+	if got := testutil.ToFloat64(f.m.DriftedContainers); got != 1 {
+		t.Errorf("drifted_containers = %v", got)
+	}
+
+	// The next check verifies the restore and clears the drift.
+	if r := f.check(t); r.Drifted != 0 || r.Recheck {
+		t.Fatalf("verifying check: %+v", r)
+	}
+	if d := f.container(t, "a").Drift; d != nil {
+		t.Errorf("drift after the restore held: %+v", d)
+	}
+	if got := testutil.ToFloat64(f.m.DriftedContainers); got != 0 {
+		t.Errorf("drifted_containers = %v", got)
+	}
+
+	// Memory too, and the container's last intent is the restore.
+	cgrouptest.SetFile(t, f.root, "/pod/a", "memory.max", "max")
+	f.check(t)
+	if got := cgrouptest.ReadFile(t, f.root, "/pod/a", "memory.max"); got != "268435456" {
+		t.Errorf("memory.max after restore = %q", got)
+	}
+	if f.count("memory", "restore") != 1 {
+		t.Errorf("memory/restore = %v", f.count("memory", "restore"))
+	}
+	if c := f.container(t, "a"); !strings.HasPrefix(c.LastIntent, agent.DriftIntentPrefix) || c.Resources.CPULimit != 1000 {
+		t.Errorf("container after restores: %+v", c)
+	}
+}
+
+// Only the files of declared resources are watched: memory.max of a
+// container whose intents named only cpu is not the agent's.
+func TestDriftOnlyDeclared(t *testing.T) {
+	f := newDriftFixture(t, bigNode, nil, "/a")
+	submit(t, f.a, spec("a", "/a", map[string]string{"cpu": "500m"}, nil))
+	cgrouptest.SetFile(t, f.root, "/a", "memory.max", "1000000")
+	if r := f.check(t); r.Drifted != 0 {
+		t.Fatalf("undeclared memory reported: %+v", r)
+	}
+	cgrouptest.SetFile(t, f.root, "/a", "cpu.weight", "7")
+	f.check(t)
+	if got := cgrouptest.ReadFile(t, f.root, "/a", "cpu.weight"); got != fmt.Sprint(cgroup.MilliCPUToWeight(500)) {
+		t.Errorf("cpu.weight = %q", got)
+	}
+	if got := cgrouptest.ReadFile(t, f.root, "/a", "memory.max"); got != "1000000" {
+		t.Errorf("memory.max written: %q", got)
+	}
+	if it := f.driftIntents(); len(it) != 1 || it[0].Spec.Resources.Requests[corev1.ResourceMemory] != (resource.Quantity{}) {
+		t.Errorf("drift intent: %+v", it)
+	}
+}
+
+func TestDriftPodCgroup(t *testing.T) {
+	f := newDriftFixture(t, bigNode, nil, "/pod", "/pod/a", "/pod/b")
+	sa := spec("a", "/pod/a", map[string]string{"cpu": "500m"}, map[string]string{"cpu": "1"})
+	sa.Target.PodCgroupPath = "/pod"
+	sb := spec("b", "/pod/b", map[string]string{"cpu": "250m"}, map[string]string{"cpu": "500m"})
+	sb.Target.PodCgroupPath = "/pod"
+	submit(t, f.a, sa)
+	submit(t, f.a, sb)
+	if got := cgrouptest.ReadFile(t, f.root, "/pod", "cpu.max"); got != "150000 100000" {
+		t.Fatalf("pod cpu.max = %q", got)
+	}
+	cgrouptest.SetFile(t, f.root, "/pod", "cpu.max", "max 100000")
+	f.check(t)
+	if got := cgrouptest.ReadFile(t, f.root, "/pod", "cpu.max"); got != "150000 100000" {
+		t.Errorf("pod cpu.max after restore = %q", got)
+	}
+	if ds := f.driftIntents(); len(ds) != 1 {
+		t.Errorf("one restore for the pod, got %d", len(ds))
+	}
+}
+
+func TestDriftReport(t *testing.T) {
+	f := newDriftFixture(t, bigNode, []agent.Option{agent.WithDriftPolicy(agent.DriftReport)}, "/a")
+	submit(t, f.a, spec("a", "/a", nil, map[string]string{"cpu": "1", "memory": "256Mi"}))
+	cgrouptest.SetFile(t, f.root, "/a", "cpu.max", "max 100000")
+	for range 3 {
+		if r := f.check(t); r.Drifted != 1 || r.Recheck {
+			t.Fatalf("check: %+v", r)
+		}
+	}
+	if got := cgrouptest.ReadFile(t, f.root, "/a", "cpu.max"); got != "max 100000" {
+		t.Errorf("report policy wrote cpu.max: %q", got)
+	}
+	d := f.container(t, "a").Drift
+	if d == nil || d.Policy != agent.DriftReport || d.Action != agent.DriftActionReport || len(d.Files) != 1 || d.Files[0].File != "cpu.max" {
+		t.Fatalf("drift info: %+v", d)
+	}
+	if f.count("cpu", "report") != 1 {
+		t.Errorf("a drift that stays is counted once, got %v", f.count("cpu", "report"))
+	}
+	if len(f.driftIntents()) != 0 {
+		t.Error("report policy made an intent")
+	}
+	// A change of the values found is a new drift; putting them back ends it.
+	cgrouptest.SetFile(t, f.root, "/a", "cpu.max", "50000 100000")
+	f.check(t)
+	if f.count("cpu", "report") != 2 {
+		t.Errorf("cpu/report = %v", f.count("cpu", "report"))
+	}
+	cgrouptest.SetFile(t, f.root, "/a", "cpu.max", "100000 100000")
+	if r := f.check(t); r.Drifted != 0 || f.container(t, "a").Drift != nil {
+		t.Errorf("drift not cleared: %+v", r)
+	}
+}
+
+func TestDriftAdopt(t *testing.T) {
+	f := newDriftFixture(t, bigNode, []agent.Option{agent.WithDriftPolicy(agent.DriftAdopt)}, "/a")
+	submit(t, f.a, spec("a", "/a", map[string]string{"cpu": "500m", "memory": "128Mi"}, map[string]string{"cpu": "1", "memory": "256Mi"}))
+	cgrouptest.SetFile(t, f.root, "/a", "cpu.max", "200000 100000")
+	cgrouptest.SetFile(t, f.root, "/a", "memory.max", "536870912")
+	f.check(t)
+	c := f.container(t, "a")
+	want := intent.Resources{CPURequest: 500, CPULimit: 2000, MemoryRequest: 128 << 20, MemoryLimit: 512 << 20}
+	if c.Resources != want || c.Drift != nil {
+		t.Fatalf("after adopt: %+v drift %+v", c.Resources, c.Drift)
+	}
+	ds := f.driftIntents()
+	if len(ds) != 1 || ds[0].Status.State != intent.Completed || ds[0].Status.Reason != agent.ReasonDriftAdopted || c.LastIntent != ds[0].ID {
+		t.Fatalf("adoption record: %+v", ds)
+	}
+	if got := cgrouptest.ReadFile(t, f.root, "/a", "cpu.max"); got != "200000 100000" {
+		t.Errorf("adopt wrote cpu.max: %q", got)
+	}
+	if f.count("cpu", "adopt") != 1 || f.count("memory", "adopt") != 1 {
+		t.Errorf("adopt counts: %v %v", f.count("cpu", "adopt"), f.count("memory", "adopt"))
+	}
+	if r := f.check(t); r.Drifted != 0 {
+		t.Errorf("adopted values still drift: %+v", r)
+	}
+	// A later intent starts from the adopted values.
+	it := submit(t, f.a, spec("a", "/a", map[string]string{"memory": "256Mi"}, nil))
+	if it.Status.State != intent.Completed || f.container(t, "a").Resources.CPULimit != 2000 {
+		t.Errorf("intent after adopt: %+v %+v", it.Status, f.container(t, "a").Resources)
+	}
+}
+
+// A cpu.weight change is taken as the CPU request that gives it, on the
+// ledger; one that does not fit is refused.
+func TestDriftAdoptWeight(t *testing.T) {
+	f := newDriftFixture(t, admission.Capacity{MilliCPU: 2000, Memory: 1 << 30}, []agent.Option{agent.WithDriftPolicy(agent.DriftAdopt)}, "/a")
+	submit(t, f.a, spec("a", "/a", map[string]string{"cpu": "500m"}, nil))
+	cgrouptest.SetFile(t, f.root, "/a", "cpu.weight", fmt.Sprint(cgroup.MilliCPUToWeight(1000))) // 100 with runc's formula
+	f.check(t)
+	if c := f.container(t, "a"); c.Resources.CPURequest != 1000 || c.Allocated.MilliCPU != 1000 || c.Drift != nil {
+		t.Fatalf("after adopting cpu.weight: %+v allocated %+v drift %+v", c.Resources, c.Allocated, c.Drift)
+	}
+	cgrouptest.SetFile(t, f.root, "/a", "cpu.weight", "10000") // 256 CPUs
+	f.check(t)
+	c := f.container(t, "a")
+	if c.Resources.CPURequest != 1000 || c.Allocated.MilliCPU != 1000 || c.Drift == nil || c.Drift.Action != agent.DriftActionRefuse ||
+		!strings.Contains(c.Drift.Message, "does not fit") {
+		t.Fatalf("after a weight that does not fit: %+v allocated %+v drift %+v", c.Resources, c.Allocated, c.Drift)
+	}
+	if f.count("cpu", "refuse") != 1 {
+		t.Errorf("cpu/refuse = %v", f.count("cpu", "refuse"))
+	}
+}
+
+func TestDriftAdoptRefusals(t *testing.T) {
+	for _, tc := range []struct{ name, file, data, msg string }{
+		{"qos", "cpu.max", "200000 100000", intent.ReasonQoSChange},
+		{"period", "cpu.max", "100000 50000", "period"},
+		{"fraction", "cpu.max", "33333 100000", "whole number"},
+		{"memory below request", "memory.max", "1048576", "memory request"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newDriftFixture(t, bigNode, []agent.Option{agent.WithDriftPolicy(agent.DriftAdopt)}, "/a")
+			// Guaranteed.
+			submit(t, f.a, spec("a", "/a", map[string]string{"cpu": "1", "memory": "256Mi"}, map[string]string{"cpu": "1", "memory": "256Mi"}))
+			cgrouptest.SetFile(t, f.root, "/a", tc.file, tc.data)
+			f.check(t)
+			c := f.container(t, "a")
+			if c.Resources.CPULimit != 1000 || c.Resources.MemoryLimit != 256<<20 || c.QOSClass != "Guaranteed" {
+				t.Errorf("resources changed: %+v", c.Resources)
+			}
+			if c.Drift == nil || c.Drift.Action != agent.DriftActionRefuse || !strings.Contains(c.Drift.Message, tc.msg) {
+				t.Fatalf("drift: %+v", c.Drift)
+			}
+			if len(f.driftIntents()) != 0 {
+				t.Error("refused adoption left an intent")
+			}
+		})
+	}
+}
+
+// Another writer that puts its value back after every restore: after three
+// restores within the window the agent backs off and reports, then tries
+// once more after the backoff, and backs off twice as long when the fight
+// resumes.
+func TestDriftBackoff(t *testing.T) {
+	f := newDriftFixture(t, bigNode, []agent.Option{agent.WithDriftBackoff(time.Minute, 3)}, "/a")
+	submit(t, f.a, spec("a", "/a", nil, map[string]string{"cpu": "1"}))
+	fight := func() { cgrouptest.SetFile(t, f.root, "/a", "cpu.max", "max 100000") }
+	for i := 1; i <= 3; i++ {
+		fight()
+		f.check(t)
+		if n := len(f.driftIntents()); n != i {
+			t.Fatalf("restore %d: %d drift intents", i, n)
+		}
+		f.clk.Add(time.Second)
+	}
+	fight()
+	for range 5 { // held off: no restore, and counted once
+		if r := f.check(t); r.Drifted != 1 {
+			t.Fatalf("%+v", r)
+		}
+		f.clk.Add(time.Second)
+	}
+	d := f.container(t, "a").Drift
+	if n := len(f.driftIntents()); n != 3 || d == nil || d.Action != agent.DriftActionBackoff || d.BackoffUntil == nil || d.Restores != 3 {
+		t.Fatalf("backoff: %d intents, drift %+v", n, d)
+	}
+	if got := cgrouptest.ReadFile(t, f.root, "/a", "cpu.max"); got != "max 100000" {
+		t.Errorf("restored during the backoff: %q", got)
+	}
+	if f.count("cpu", "backoff") != 1 || f.count("cpu", "restore") != 3 {
+		t.Errorf("counts: backoff %v restore %v", f.count("cpu", "backoff"), f.count("cpu", "restore"))
+	}
+	first := d.BackoffUntil.Sub(f.clk.Now())
+
+	// After the backoff: one restore; the writer fights again: a longer backoff.
+	f.clk.Add(time.Minute)
+	f.check(t)
+	if n := len(f.driftIntents()); n != 4 {
+		t.Fatalf("after the backoff: %d intents", n)
+	}
+	fight()
+	f.check(t)
+	d = f.container(t, "a").Drift
+	if d == nil || d.Action != agent.DriftActionBackoff || d.BackoffUntil.Sub(f.clk.Now()) <= first+time.Minute/2 {
+		t.Fatalf("second backoff: %+v (first %v)", d, first)
+	}
+
+	// A new intent from a client ends the fight.
+	submit(t, f.a, spec("a", "/a", nil, map[string]string{"cpu": "2"}))
+	fight()
+	f.check(t)
+	if n := len(f.driftIntents()); n != 5 {
+		t.Errorf("after a new intent the agent restores again: %d intents", n)
+	}
+}
+
+// A container with an intent in flight is not checked, and an intent that
+// runs between the check's read and its decision makes it drop what it read.
+func TestDriftRaces(t *testing.T) {
+	f := newDriftFixture(t, bigNode, nil, "/a")
+	submit(t, f.a, spec("a", "/a", nil, map[string]string{"cpu": "1"}))
+
+	// An apply in flight: its write blocks.
+	f.cg.block = make(chan struct{})
+	it, _, err := f.a.Submit(spec("a", "/a", nil, map[string]string{"cpu": "2"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, f.a, it.ID, intent.InProgress)
+	cgrouptest.SetFile(t, f.root, "/a", "cpu.max", "12345 100000")
+	if r := f.a.DriftCheck(context.Background()); r.Checked != 0 || r.Drifted != 0 {
+		t.Errorf("checked a container with an apply in flight: %+v", r)
+	}
+	close(f.cg.block) // and left closed: no write blocks from here on
+	settle(t, f.a, it.ID)
+	if r := f.check(t); r.Drifted != 0 {
+		t.Fatalf("the intent's values drift: %+v", r)
+	}
+
+	// An intent that completes while the check reads.
+	var raced atomic.Bool
+	f.cg.mu.Lock()
+	f.cg.onRead = func(string) {
+		if !raced.Swap(true) { // the intent's own reads come back here
+			submit(t, f.a, spec("a", "/a", nil, map[string]string{"cpu": "3"}))
+		}
+	}
+	f.cg.mu.Unlock()
+	cgrouptest.SetFile(t, f.root, "/a", "cpu.max", "12345 100000")
+	if r := f.a.DriftCheck(context.Background()); r.Checked != 0 || r.Drifted != 0 || !raced.Load() {
+		t.Errorf("acted on a read raced by an intent: %+v (raced %v)", r, raced.Load())
+	}
+	f.cg.mu.Lock()
+	f.cg.onRead = nil
+	f.cg.mu.Unlock()
+	if n := len(f.driftIntents()); n != 0 {
+		t.Errorf("%d drift intents", n)
+	}
+	if got := cgrouptest.ReadFile(t, f.root, "/a", "cpu.max"); got != "300000 100000" {
+		t.Errorf("cpu.max = %q", got)
+	}
+}
+
+// A runtime's container is restored through the runtime, so that the
+// runtime's record matches the files again.
+func TestDriftRestoreThroughRuntime(t *testing.T) {
+	ra := agenttest.NewRuntimeAgent(t, bigNode)
+	ra.AddContainer(t, "uid-1", "app", "/kubepods/pod1/ctr1")
+	it, _, err := ra.Submit(intent.Spec{Target: intent.Target{Name: "app", PodUID: "uid-1"},
+		Resources: spec("", "", nil, map[string]string{"cpu": "1", "memory": "64Mi"}).Resources})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle(t, ra.Agent, it.ID)
+	before := ra.Runtime.Updates()
+	cgrouptest.SetFile(t, ra.Root, "/kubepods/pod1/ctr1", "cpu.max", "max 100000")
+	checkAll(t, ra.Agent)
+	var d intent.Intent
+	for _, x := range ra.List(agent.Filter{}, "") {
+		if strings.HasPrefix(x.ID, agent.DriftIntentPrefix) {
+			d = settle(t, ra.Agent, x.ID)
+		}
+	}
+	if d.Status.State != intent.Completed || d.Status.Via != "runtime" || d.Spec.Target.PodUID != "uid-1" {
+		t.Fatalf("drift intent: %+v", d)
+	}
+	if ra.Runtime.Updates() != before+1 {
+		t.Errorf("runtime updates: %d -> %d", before, ra.Runtime.Updates())
+	}
+	if got := ra.File(t, "/kubepods/pod1/ctr1", "cpu.max"); got != "100000 100000" {
+		t.Errorf("cpu.max = %q", got)
+	}
+}
+
+func TestRunDrift(t *testing.T) {
+	f := newDriftFixture(t, bigNode, nil, "/a")
+	submit(t, f.a, spec("a", "/a", nil, map[string]string{"cpu": "1"}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.a.RunDrift(ctx, 20*time.Millisecond); close(done) }()
+	defer func() { cancel(); <-done }()
+	cgrouptest.SetFile(t, f.root, "/a", "cpu.max", "max 100000")
+	deadline := time.Now().Add(5 * time.Second)
+	for cgrouptest.ReadFile(t, f.root, "/a", "cpu.max") != "100000 100000" {
+		if time.Now().After(deadline) {
+			t.Fatal("not restored")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestParseDriftPolicy(t *testing.T) {
+	for _, s := range []string{"report", "restore", "adopt", "off"} {
+		if p, err := agent.ParseDriftPolicy(s); err != nil || string(p) != s {
+			t.Errorf("%s: %v %v", s, p, err)
+		}
+	}
+	if _, err := agent.ParseDriftPolicy("fix"); err == nil {
+		t.Error("fix accepted")
+	}
+}
