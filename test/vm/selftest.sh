@@ -7,6 +7,9 @@
 #      built) and writes files that are brought back with --collect
 #   3. a plain VM whose command fails with status 42 (with a --payload bin/)
 #   4. a VM that exceeds --timeout (expects 124 and "timed out")
+#   5. a --systemd --containerd VM: systemd is PID 1, the command runs in
+#      vmharness.service, a CRI pod in a kubelet-style slice gets a scope
+#      whose unit properties crictl update changes, and status 7 comes back
 # Ends with a "N passed, N failed" line; exits non-zero if anything failed.
 set -euo pipefail
 
@@ -150,6 +153,49 @@ echo "run 3 took $(elapsed "$t" "$(now)")s"
 	cat "$work/run3.log"
 	bad "timeout: status $rc (want 124)"
 }
+
+# ---------------------------------------------------------------- run 4
+mkdir -p "$work/p4"
+cat >"$work/p4/guest.sh" <<'EOF'
+r=7
+check() {
+	n=$1
+	shift
+	if "$@"; then echo "GUEST-PASS: $n"; else echo "GUEST-FAIL: $n"; r=1; fi
+}
+check "PID 1 is systemd" sh -c '[ "$(cat /proc/1/comm)" = systemd ]'
+check "running in vmharness.service" grep -qx '0::/system.slice/vmharness.service' /proc/self/cgroup
+check "systemctl talks to systemd" sh -c 'systemctl is-system-running | grep -Eq "running|degraded|starting"'
+cat >/tmp/pod.json <<'JSON'
+{"metadata":{"name":"p1","namespace":"default","uid":"uid-p1","attempt":0},
+ "linux":{"cgroup_parent":"kubepods-burstable-poduid_p1.slice",
+          "security_context":{"namespace_options":{"network":2}}}}
+JSON
+cat >/tmp/ctr.json <<'JSON'
+{"metadata":{"name":"c1"},"image":{"image":"localhost/resize-agent/busybox:latest"},
+ "command":["/bin/sleep","1000"],
+ "linux":{"resources":{"cpu_period":100000,"cpu_quota":50000,"memory_limit_in_bytes":104857600}}}
+JSON
+P=$(crictl runp /tmp/pod.json) && C=$(crictl create "$P" /tmp/ctr.json /tmp/pod.json) && crictl start "$C" >/dev/null
+check "CRI pod + container (SystemdCgroup)" [ -n "${C:-}" ]
+u=cri-containerd-${C:-none}.scope
+cg=/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poduid_p1.slice/$u
+check "scope cgroup + cpu.max" sh -c "[ \"\$(cat $cg/cpu.max)\" = '50000 100000' ]"
+check "unit property CPUQuotaPerSecUSec" sh -c "[ \"\$(systemctl show -P CPUQuotaPerSecUSec $u)\" = 500ms ]"
+crictl update --cpu-quota 80000 "${C:-none}" >/dev/null
+systemctl daemon-reload
+check "crictl update -> unit + cpu.max, kept by daemon-reload" sh -c "[ \"\$(systemctl show -P CPUQuotaPerSecUSec $u)\" = 800ms ] && [ \"\$(cat $cg/cpu.max)\" = '80000 100000' ]"
+exit $r
+EOF
+t=$(now)
+set +e
+"$VM" run --systemd --containerd --payload "$work/p4" --timeout 300 -- sh guest.sh 2>&1 | tee "$work/run4.log"
+rc=${PIPESTATUS[0]}
+set -e
+echo "run 4 took $(elapsed "$t" "$(now)")s"
+[[ $rc == 7 ]] && ok "systemd VM: exit status 7 from the unit" || bad "systemd VM exit status $rc (want 7)"
+grep -q '^GUEST-FAIL' "$work/run4.log" && bad "systemd guest checks: $(grep '^GUEST-FAIL' "$work/run4.log" | tr '\n' ' ')"
+grep -q '^GUEST-FAIL' "$work/run4.log" || ok "systemd guest checks ($(grep -c '^GUEST-PASS' "$work/run4.log") passed)"
 
 echo "selftest took $(elapsed "$T0" "$(now)")s (accelerator $VM_ACCEL)"
 echo "selftest: $pass passed, $fail failed"

@@ -451,7 +451,7 @@ cmd_prepare() {
 	ensure_runtime
 	ensure_images
 	ensure_cpios
-	ensure_systemd || msg "warning: systemd packages not available (run --systemd will fail)"
+	(ensure_systemd) || msg "warning: systemd packages not available (run --systemd will fail)"
 	unlock_cache
 	msg "prepare done in $(elapsed "$t0" "$(now)")s (cache $CACHE; runtime: $(cat "$RUNTIME_DIR/SOURCE"))"
 }
