@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
+	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/kube"
 	"github.com/resizer/resize-agent/cgroup"
@@ -41,6 +42,8 @@ type Options struct {
 
 	CPUPeriod       uint64 `json:"cpuPeriod"`
 	ResyncInterval  string `json:"resyncInterval"`
+	Drift           string `json:"drift"`         // drift policy: report, restore, adopt or off
+	DriftInterval   string `json:"driftInterval"` // how often to compare the cgroup files with the intents
 	ShutdownTimeout string `json:"shutdownTimeout"`
 
 	LogLevel  string `json:"logLevel"`
@@ -70,6 +73,8 @@ func DefaultOptions() *Options {
 		BPF:             "auto",
 		CPUPeriod:       cgroup.DefaultPeriod,
 		ResyncInterval:  "10s",
+		Drift:           string(agent.DriftRestore),
+		DriftInterval:   "10s",
 		ShutdownTimeout: "10s",
 		LogLevel:        "info",
 		LogFormat:       "text",
@@ -97,6 +102,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MemoryReserved, "memory-reserved", o.MemoryReserved, "memory held back from detected capacity, e.g. 1Gi")
 	fs.Uint64Var(&o.CPUPeriod, "cpu-period", o.CPUPeriod, "cpu.max period in microseconds")
 	fs.StringVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "how often to look for containers whose cgroup is gone")
+	fs.StringVar(&o.Drift, "drift", o.Drift, "when a managed cgroup's values change behind the agent's back: report, restore (write the agent's values back through an intent), adopt (take the new limits when QoS and capacity allow) or off")
+	fs.StringVar(&o.DriftInterval, "drift-interval", o.DriftInterval, "how often to compare managed cgroup files with the last completed intents")
 	fs.StringVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight writes may take at shutdown")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "text or json")
@@ -141,6 +148,8 @@ type settings struct {
 	allocatable *admission.Capacity // nil: detect
 	reserved    admission.Capacity
 	resync      time.Duration
+	drift       agent.DriftPolicy
+	driftEvery  time.Duration
 	shutdown    time.Duration
 	token       string
 }
@@ -177,6 +186,12 @@ func (o *Options) validate() (settings, error) {
 		return d
 	}
 	s.resync = dur("resync-interval", o.ResyncInterval)
+	s.driftEvery = dur("drift-interval", o.DriftInterval)
+	if p, err := agent.ParseDriftPolicy(o.Drift); err != nil {
+		errs = append(errs, fmt.Errorf("drift: %w", err))
+	} else {
+		s.drift = p
+	}
 	s.shutdown = dur("shutdown-timeout", o.ShutdownTimeout)
 	if o.CPUPeriod < cgroup.MinPeriod || o.CPUPeriod > cgroup.MaxPeriod {
 		errs = append(errs, fmt.Errorf("cpu-period: %d is outside [%d, %d] microseconds", o.CPUPeriod, cgroup.MinPeriod, cgroup.MaxPeriod))

@@ -50,6 +50,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	agentOpts := []agent.Option{agent.WithLogger(log.With("component", "agent")), agent.WithMetrics(m), agent.WithCPUPeriod(o.CPUPeriod)}
+	agentOpts = append(agentOpts, agent.WithDriftPolicy(s.drift))
 	if o.CRIEndpoint != "" {
 		rt, err := cri.Dial(o.CRIEndpoint)
 		if err != nil {
@@ -128,6 +129,8 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	resyncCtx, stopResync := context.WithCancel(context.Background())
 	resyncDone := make(chan struct{})
 	go func() { a.Run(resyncCtx, s.resync); close(resyncDone) }()
+	driftDone := make(chan struct{})
+	go func() { a.RunDrift(resyncCtx, s.driftEvery); close(driftDone) }()
 
 	ready.Store(true)
 	if o.onReady != nil {
@@ -143,6 +146,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	ready.Store(false)
 	stopResync()
 	<-resyncDone
+	<-driftDone
 	stopKube() // no new intents from Kubernetes while the agent closes
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.shutdown)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -319,7 +320,7 @@ func age(t time.Time) string {
 }
 
 func containerTable(w io.Writer, cs []agent.ContainerInfo) {
-	fmt.Fprintln(w, "NAME\tCGROUP\tQOS\tREQUESTS (cpu/mem)\tLIMITS (cpu/mem)\tCPU.MAX\tCPU.WEIGHT\tMEMORY.MAX\tMEMORY.CURRENT\tCPU STALL\tTHROTTLED\tOOM KILLS\tPENDING")
+	fmt.Fprintln(w, "NAME\tCGROUP\tQOS\tREQUESTS (cpu/mem)\tLIMITS (cpu/mem)\tCPU.MAX\tCPU.WEIGHT\tMEMORY.MAX\tMEMORY.CURRENT\tCPU STALL\tTHROTTLED\tOOM KILLS\tPENDING\tDRIFT")
 	for _, c := range cs {
 		cpuMax, weight, memMax, memCur := "?", "?", "?", "?"
 		if v := c.Cgroup; v != nil {
@@ -336,10 +337,10 @@ func containerTable(w io.Writer, cs []agent.ContainerInfo) {
 			ooms = fmt.Sprint(p.OOMKills)
 		}
 		r := c.Resources
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s/%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.CgroupPath, c.QOSClass,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s/%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.CgroupPath, c.QOSClass,
 			orDash(r.CPURequest, intent.FormatCPU), orDash(r.MemoryRequest, intent.FormatMemory),
 			orDash(r.CPULimit, intent.FormatCPU), orDash(r.MemoryLimit, intent.FormatMemory), cpuMax, weight, memMax, memCur,
-			stall, throttled, ooms, pending)
+			stall, throttled, ooms, pending, driftCell(c.Drift))
 	}
 }
 
@@ -361,4 +362,21 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// driftCell sums up a container's drift: the files found changed, with the
+// agent's values, and what the agent did.
+func driftCell(d *agent.DriftInfo) string {
+	if d == nil {
+		return "-"
+	}
+	var parts []string
+	for _, f := range d.Files {
+		name := f.File
+		if f.Cgroup != "" && !strings.HasSuffix(f.Cgroup, "/") {
+			name = path.Base(f.Cgroup) + "/" + f.File
+		}
+		parts = append(parts, fmt.Sprintf("%s=%q(want %q)", name, f.Found, f.Expected))
+	}
+	return strings.Join(parts, ",") + " " + d.Action + " since " + d.FirstSeen.Format(time.TimeOnly)
 }
