@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -88,15 +89,25 @@ func submit(s Service, w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, "UnsupportedMediaType", fmt.Errorf("content type %q: send application/json", ct))
 		return
 	}
-	var spec intent.Spec
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			writeError(w, http.StatusRequestEntityTooLarge, "TooLarge", fmt.Errorf("request body over %d bytes", MaxBodyBytes))
 			return
 		}
+		writeError(w, http.StatusBadRequest, "MalformedJSON", fmt.Errorf("reading intent: %w", err))
+		return
+	}
+	// Before decoding: the quantity parser is slow on some numbers.
+	if err := intent.CheckQuantities(body); err != nil {
+		writeError(w, http.StatusBadRequest, "MalformedJSON", fmt.Errorf("decoding intent: %w", err))
+		return
+	}
+	var spec intent.Spec
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
 		writeError(w, http.StatusBadRequest, "MalformedJSON", fmt.Errorf("decoding intent: %w", err))
 		return
 	}
