@@ -7,7 +7,7 @@ BIN := bin
 CMDS := resize-agent resizectl
 VM_PAYLOAD := $(BIN)/vm-payload
 
-.PHONY: all build test test-unit test-vm test-k8s demo vet clean generate check-generate
+.PHONY: all build test test-unit test-vm test-k8s demo vet clean generate check-generate fuzz
 
 all: build
 
@@ -41,7 +41,19 @@ test-vm:
 test-k8s:
 	test/k8s/run.sh
 
-test: test-unit test-vm test-k8s
+# Fuzzing, each target for FUZZTIME: go test -fuzz takes one package and
+# one target per run. The seed corpora are in each package's testdata/fuzz.
+FUZZTIME ?= 20s
+FUZZ_TARGETS := ./cgroup:FuzzCleanPath ./cgroup:FuzzParseProcCgroup ./agent/intent:FuzzValidate ./agent/api:FuzzDecode
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $${t#*:} ($${t%%:*}) for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
+	done
+
+test: FUZZTIME = 10s
+test: test-unit fuzz test-vm test-k8s
 
 # The main job: the agent resizing a running container, one Infeasible
 # resize, and the metrics. On a host without usable cgroup v2 controllers it
