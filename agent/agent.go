@@ -558,8 +558,11 @@ func (a *Agent) write(j *applyJob) applyResult {
 			rb := a.rollback(j, steps[:i])
 			a.log.Warn("resize step failed", "intent", j.r.ID, "cgroup", s.path, "values", s.resource.Values(), "err", err, "rollback", rb)
 			reason := intent.ReasonWriteFailed
-			if errors.Is(err, cri.ErrNotFound) || errors.Is(err, cgroup.ErrNotFound) {
+			switch {
+			case errors.Is(err, cri.ErrNotFound) || errors.Is(err, cgroup.ErrNotFound):
 				reason = intent.ReasonContainerGone
+			case errors.Is(err, cri.ErrUnavailable):
+				reason = intent.ReasonRuntimeUnavailable
 			}
 			msg := fmt.Sprintf("writing %s %s: %v", s.path, s.group, err)
 			if rb != nil {
@@ -600,6 +603,10 @@ func (a *Agent) writeStep(j *applyJob, s step) (how, note string, err error) {
 	a.countRuntime(err)
 	switch {
 	case errors.Is(err, cri.ErrNotFound):
+		return "runtime", "", err
+	case errors.Is(err, cri.ErrUnavailable):
+		// Not written behind its back: the runtime's record of the
+		// container's resources would then be wrong when it returns.
 		return "runtime", "", err
 	case err != nil:
 		note = fmt.Sprintf("the runtime refused the %s update (%v), so the agent wrote the cgroup itself", s.group, err)

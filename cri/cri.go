@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -109,8 +110,14 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 	if !strings.HasPrefix(endpoint, "unix://") {
 		return nil, fmt.Errorf("CRI endpoint %q: only unix sockets are supported", endpoint)
 	}
+	// Redial a runtime that went away at most a second apart (gRPC's
+	// default backs off to two minutes), so that the agent reaches a
+	// restarted containerd as soon as it is back; a local socket is cheap.
+	bo := backoff.DefaultConfig
+	bo.BaseDelay, bo.MaxDelay = 100*time.Millisecond, time.Second
 	conn, err := grpc.NewClient(endpoint,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
 	if err != nil {
 		return nil, fmt.Errorf("CRI endpoint %q: %w", endpoint, err)

@@ -53,7 +53,11 @@ const (
 	ReasonShutdown         = "AgentShutdown"
 	ReasonInvalid          = "Invalid"
 	ReasonRuntimeFailed    = "RuntimeUpdateFailed"
-	ReasonRestartFailed    = "RestartFailed"
+	// ReasonRuntimeUnavailable: the runtime could not be reached for a
+	// container's update; nothing was left changed, submit again once it is
+	// back.
+	ReasonRuntimeUnavailable = "RuntimeUnavailable"
+	ReasonRestartFailed      = "RestartFailed"
 )
 
 // Target names the container to resize, in one of three ways: a bare
