@@ -61,5 +61,12 @@ test: test-unit fuzz test-vm test-k8s
 demo:
 	test/demo/demo.sh
 
+# Benchmarks: Go microbenchmarks on the host, then the agent against runc,
+# containerd and CRI (ratios to a bare cgroup write) in the VM; rewrites
+# README.md's bench block. BENCH_N=100 for a quick run.
+.PHONY: bench
+bench:
+	test/bench/bench.sh
+
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# make bench: the Go microbenchmarks on the host, then the resize
+# benchmarks in the VM harness (real cgroup v2 kernel, containerd, runc, one
+# vCPU as in the other VM runs), then README.md's bench block rewritten from
+# the results.
+#
+#   BENCH_N          resizes per method, and the scale of the other runs (default 1000)
+#   BENCH_N_RUNTIME  resizes per method that goes through containerd (default 250:
+#                    under TCG one round of those four takes ~1.7-2.7 s, so 1000 would
+#                    take 30-45 min alone)
+#   BENCH_REST       how long the agent is sampled at rest (default 10s)
+#   BENCH_COUNT      -count of the microbenchmarks (default 5)
+#   BENCH_README     file to render into (default README.md; "-" renders nothing)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH="$PATH:/usr/local/go/bin"
+export GOFLAGS=${GOFLAGS:--buildvcs=false}
+
+N=${BENCH_N:-1000}
+N_RUNTIME=${BENCH_N_RUNTIME:-250}
+REST=${BENCH_REST:-10s}
+COUNT=${BENCH_COUNT:-5}
+README=${BENCH_README:-README.md}
+# benchstat, pinned, fetched through the module proxy once (Go's cache).
+BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
+out=bin/bench
+payload=$out/payload
+rm -rf "$out"
+mkdir -p "$payload/bin" "$out/vm"
+start=$(date +%s)
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+qemus() { pgrep -c -f '^qemu-system-x86_64 ' || true; }
+load_before=$(load)
+qemu_before=$(qemus)
+
+echo "== building (static)"
+CGO_ENABLED=0 go build -trimpath -o "$payload/bin/" ./cmd/...
+CGO_ENABLED=0 go build -trimpath -o "$payload/bin/bench" ./test/bench
+go build -o "$out/bench-host" ./test/bench
+
+echo "== Go microbenchmarks (host, -count=$COUNT)"
+go test -run='^$' -bench=. -benchmem -count="$COUNT" ./cgroup ./agent/intent ./agent/admission | tee "$out/micro.txt"
+if GOFLAGS= go run "$BENCHSTAT" "$out/micro.txt" >"$out/benchstat.txt" 2>"$out/benchstat.err"; then
+	cat "$out/benchstat.txt"
+else
+	echo "benchstat unavailable ($(head -n1 "$out/benchstat.err")); the README gets the raw lines"
+	: >"$out/benchstat.txt"
+fi
+
+echo "== resize benchmarks in the VM (N=$N, N_RUNTIME=$N_RUNTIME; host load $(load), $(qemus) qemu running)"
+test/vm/vm.sh prepare
+vm_start=$(date +%s)
+# One vCPU: see test/run-vm-tests.sh (TCG and BPF attach with two).
+test/vm/vm.sh run --quiet --payload "$payload" --containerd --mem 2G --cpus 1 --timeout 1800 \
+	--collect /tmp/bench-out:"$out/vm" -- \
+	bench run -out /tmp/bench-out -n "$N" -n-runtime "$N_RUNTIME" -rest "$REST"
+vm_secs=$(($(date +%s) - vm_start))
+# Where the agent's CPU goes: the in-process profile, cut to the agent's goroutines.
+go tool pprof -top -cum -nodecount=40 -tagfocus=side=agent "$payload/bin/bench" "$out/vm/cpu.pprof" >"$out/profile.txt" 2>&1 || true
+go tool pprof -top -nodecount=25 -tagfocus=side=agent "$payload/bin/bench" "$out/vm/cpu.pprof" >"$out/profile-flat.txt" 2>&1 || true
+load_after=$(load)
+qemu_after=$(qemus)
+secs=$(($(date +%s) - start))
+host="$(nproc) cores, load average $load_before before and $load_after after (1, 5, 15 min); other QEMU VMs running: $qemu_before at the start, $qemu_after at the end"
+echo "== done in ${secs}s (VM ${vm_secs}s); $host"
+if [[ $README != - ]]; then
+	"$out/bench-host" render -results "$out/vm/results.json" -readme "$README" \
+		-micro "$out/micro.txt" -benchstat "$out/benchstat.txt" -profile "$out/profile-flat.txt" \
+		-host "$host" -run-time "$((secs / 60)) min $((secs % 60)) s (the VM part $((vm_secs / 60)) min $((vm_secs % 60)) s)"
+	echo "== $README: bench block rewritten"
+fi
