@@ -54,6 +54,9 @@ const (
 	EventResizeDeferred   = "ResizeDeferred"
 	EventResizeInfeasible = "ResizeInfeasible"
 	EventResizeError      = "ResizeError"
+	// EventCgroupDrift is the agent's own: a container's cgroup values were
+	// changed behind its back and it restored or adopted them (drift.go).
+	EventCgroupDrift = "CgroupDrift"
 )
 
 // Options configure an Intake.
@@ -558,6 +561,10 @@ func (in *Intake) enqueueTracked() {
 }
 
 func (in *Intake) onIntent(it intent.Intent) {
+	if strings.HasPrefix(it.ID, agent.DriftIntentPrefix) {
+		in.onDrift(it)
+		return
+	}
 	if !strings.HasPrefix(it.ID, IDPrefix) || it.Spec.Target.PodUID == "" {
 		return
 	}
@@ -591,6 +598,28 @@ func (in *Intake) onIntent(it intent.Intent) {
 	if err == nil {
 		in.queue.Add(key)
 	}
+}
+
+// onDrift records a Warning Event on the pod when the agent has restored or
+// adopted a container's drifted cgroup values, or failed to restore them.
+func (in *Intake) onDrift(it intent.Intent) {
+	if !it.Status.State.Terminal() || it.Spec.Target.PodUID == "" {
+		return
+	}
+	objs, _ := in.informer.GetIndexer().ByIndex(uidIndex, it.Spec.Target.PodUID)
+	if len(objs) == 0 {
+		return
+	}
+	pod := objs[0].(*corev1.Pod)
+	name := it.Spec.Target.Name
+	msg := "cgroup values changed behind the agent's back were restored: " + it.Status.Message
+	switch {
+	case it.Status.Reason == agent.ReasonDriftAdopted:
+		msg = it.Status.Message
+	case it.Status.State != intent.Completed:
+		msg = "restoring cgroup values changed behind the agent's back failed: " + it.Status.Message
+	}
+	in.event(pod, fieldPathOf(pod, name), corev1.EventTypeWarning, EventCgroupDrift, name, msg)
 }
 
 // event records an Event about the pod (about the container when fieldPath
