@@ -55,7 +55,9 @@ func TestWatcherFake(t *testing.T) {
 		t.Fatalf("after /pod/full emptied: %+v, %v", e, ok)
 	}
 	// Populated again and emptied again: reported again.
+	// (Apart, so that the watcher reads the populated state in between.)
 	cgrouptest.SetFile(t, root, "/pod/empty", cgroup.FileEvents, "populated 1\nfrozen 0\n")
+	time.Sleep(300 * time.Millisecond)
 	cgrouptest.SetFile(t, root, "/pod/empty", cgroup.FileEvents, "populated 0\nfrozen 0\n")
 	if e, ok := nextEvent(t, w, 5*time.Second); !ok || e.Path != "/pod/empty" {
 		t.Fatalf("after /pod/empty filled and emptied: %+v, %v", e, ok)

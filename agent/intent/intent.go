@@ -92,6 +92,10 @@ type Spec struct {
 	// AllowMemoryBelowUsage lets a memory limit go below the cgroup's current
 	// usage, which makes the kernel reclaim and may OOM-kill the container.
 	AllowMemoryBelowUsage bool `json:"allowMemoryBelowUsage,omitempty"`
+	// Priority is the pod's spec.priority. With the QoS class and the time
+	// spent Deferred it orders the retries of Deferred intents, as the
+	// kubelet orders pending resizes.
+	Priority int32 `json:"priority,omitempty"`
 }
 
 // Status is what became of an intent.

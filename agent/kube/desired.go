@@ -212,6 +212,10 @@ func DesiredFor(pod *corev1.Pod, mode Mode) ([]Desired, []Refusal) {
 	}
 	out := make([]Desired, 0, len(want))
 	for _, d := range want {
+		// Not part of the hash: a pod's priority never changes.
+		if pod.Spec.Priority != nil {
+			d.Spec.Priority = *pod.Spec.Priority
+		}
 		out = append(out, d)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Container < out[j].Container })

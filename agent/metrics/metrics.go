@@ -29,7 +29,18 @@ type Metrics struct {
 	Drift *prometheus.CounterVec
 	// DriftedContainers is the number of containers drifted at the last check.
 	DriftedContainers prometheus.Gauge
+	// ResizePhase splits ResizeDuration by phase (see Phases), once per
+	// intent that reached InProgress.
+	ResizePhase *prometheus.HistogramVec
 }
+
+// Phases of an applied resize, in order: admission (accepted to admitted:
+// the queue behind the container's earlier intents and any time Deferred),
+// reclaim (bringing memory usage under a lower limit first), runtime (CRI
+// UpdateContainerResources or a restart), verify (reading the cgroup files
+// back, and the agent's own writes with their read-back). The kubelet's
+// kubelet_pod_resize_duration_seconds has only the total.
+var Phases = []string{"admission", "reclaim", "runtime", "verify"}
 
 // Buckets span a direct cgroup write (well under a millisecond) to a
 // Deferred intent that waits minutes for capacity.
@@ -69,6 +80,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.ResizeDuration, m.Resizes, m.InFlight, m.CgroupWrites, m.RuntimeCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	newDrift(m, reg)
+	newPhase(m, reg)
 	for _, o := range []string{"completed", "failed", "infeasible", "deferred", "superseded"} {
 		m.Resizes.WithLabelValues(o)
 	}
@@ -116,4 +128,14 @@ func newDrift(m *Metrics, reg prometheus.Registerer) {
 			m.Drift.WithLabelValues(r, a)
 		}
 	}
+}
+
+func newPhase(m *Metrics, reg prometheus.Registerer) {
+	m.ResizePhase = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace,
+		Name:      "resize_phase_duration_seconds",
+		Help:      "Time an applied resize intent spent in each phase: admission (accepted to admitted, Deferred time included), reclaim, runtime (CRI update or restart), verify (cgroup writes and read-back).",
+		Buckets:   Buckets,
+	}, []string{"phase", "outcome"})
+	reg.MustRegister(m.ResizePhase)
 }
