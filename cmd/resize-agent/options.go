@@ -31,6 +31,9 @@ type Options struct {
 	Socket         string `json:"socket"`
 	ListenTCP      string `json:"listenTCP"`
 	TCPTokenFile   string `json:"tcpTokenFile"`
+	// APIGroup (a name or ID) may use the unix socket too: it is then 0660
+	// with that group, and its members pass the peer check.
+	APIGroup       string `json:"apiGroup"`
 	MetricsAddress string `json:"metricsAddress"`
 	CRIEndpoint    string `json:"criEndpoint"`
 	BPF            string `json:"bpf"`
@@ -59,6 +62,7 @@ type Options struct {
 	procRoot    string
 	skipFSCheck bool
 	onReady     func(metricsAddr string)
+	onListen    func(listener, addr string) // each listener, as it starts serving
 }
 
 // DefaultOptions are the daemon's defaults.
@@ -90,9 +94,10 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CgroupRoot, "cgroup-root", o.CgroupRoot, "cgroup v2 mountpoint")
 	fs.StringVar(&o.CgroupDriver, "cgroup-driver", o.CgroupDriver, "cgroup driver of the kubelet and runtime: systemd (limits of .scope/.slice cgroups set as unit properties over D-Bus, so a daemon-reload keeps them), cgroupfs (the files), or auto (systemd where /run/systemd/system exists and the cgroup is a unit)")
 	fs.StringVar(&o.CapacityCgroup, "capacity-cgroup", o.CapacityCgroup, "cgroup (relative to the root) whose cpu.max and memory.max bound allocatable, e.g. /kubepods")
-	fs.StringVar(&o.Socket, "socket", o.Socket, "unix socket for the API (mode 0600)")
+	fs.StringVar(&o.Socket, "socket", o.Socket, "unix socket for the API (mode 0600; 0660 with --api-group)")
 	fs.StringVar(&o.ListenTCP, "listen-tcp", o.ListenTCP, "also serve the API on this TCP address (needs --tcp-token-file)")
 	fs.StringVar(&o.TCPTokenFile, "tcp-token-file", o.TCPTokenFile, "file holding the bearer token TCP clients must send")
+	fs.StringVar(&o.APIGroup, "api-group", o.APIGroup, "group (name or ID) whose members may also use the unix socket; the socket is then 0660 with that group (default: root and the socket's owner only, mode 0600)")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address for /metrics, /healthz and /readyz (empty: none)")
 	fs.StringVar(&o.CRIEndpoint, "cri-endpoint", o.CRIEndpoint, "CRI runtime socket for containers named by pod UID or ID (empty: bare cgroups only)")
 	fs.StringVar(&o.BPF, "bpf", o.BPF, "eBPF pressure tracking: auto (PSI files only where BPF cannot load), on (refuse to start without it) or off")
@@ -152,6 +157,7 @@ type settings struct {
 	driftEvery  time.Duration
 	shutdown    time.Duration
 	token       string
+	apiGIDs     []uint32 // --api-group
 }
 
 func (o *Options) validate() (settings, error) {
@@ -206,6 +212,13 @@ func (o *Options) validate() (settings, error) {
 			errs = append(errs, fmt.Errorf("tcp-token-file: %w", err))
 		} else if s.token = string(trimSpace(b)); len(s.token) < 16 {
 			errs = append(errs, errors.New("tcp-token-file: the token must be at least 16 characters"))
+		}
+	}
+	if o.APIGroup != "" {
+		if gid, err := lookupGroup(o.APIGroup); err != nil {
+			errs = append(errs, fmt.Errorf("api-group: %w", err))
+		} else {
+			s.apiGIDs = []uint32{gid}
 		}
 	}
 	if o.CapacityCgroup != "/" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -83,11 +84,14 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 
 	var servers []*http.Server
 	errc := make(chan error, 3)
-	serve := func(name string, l net.Listener, h http.Handler) {
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+	serve := func(name string, l net.Listener, h http.Handler, connCtx func(context.Context, net.Conn) context.Context) {
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: connCtx,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		servers = append(servers, srv)
 		log.Info("serving", "listener", name, "address", l.Addr().String())
+		if o.onListen != nil {
+			o.onListen(name, l.Addr().String())
+		}
 		go func() {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("%s: %w", name, err)
@@ -95,19 +99,23 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		}()
 	}
 	if o.Socket != "" {
-		l, err := listenUnix(o.Socket)
+		l, err := listenUnix(o.Socket, s.apiGIDs)
 		if err != nil {
 			return err
 		}
 		defer os.Remove(o.Socket)
-		serve("api-unix", l, mux)
+		pp, err := socketPolicy(o.Socket, s.apiGIDs)
+		if err != nil {
+			return err
+		}
+		serve("api-unix", l, api.RequirePeer(pp, mux), api.PeerConnContext)
 	}
 	if o.ListenTCP != "" {
 		l, err := net.Listen("tcp", o.ListenTCP)
 		if err != nil {
 			return fmt.Errorf("listen-tcp: %w", err)
 		}
-		serve("api-tcp", l, requireToken(s.token, mux))
+		serve("api-tcp", l, requireToken(s.token, mux), nil)
 	}
 	metricsAddr := ""
 	if o.MetricsAddress != "" {
@@ -118,7 +126,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		ops := http.NewServeMux()
 		addOps(ops, reg, &ready)
 		metricsAddr = l.Addr().String()
-		serve("metrics", l, ops)
+		serve("metrics", l, ops, nil)
 	}
 
 	stopKube, err := kube.Start(ctx, o.kubeConfig(log.With("component", "kube")), a)
@@ -179,9 +187,9 @@ func allocatable(o *Options, s settings, cg *cgroup.Manager) (admission.Capacity
 	return admission.Allocatable(m, lim.MilliCPU, lim.Memory, s.reserved), nil
 }
 
-// listenUnix listens on path with mode 0600, replacing a stale socket but
-// refusing to take over one that still answers.
-func listenUnix(path string) (net.Listener, error) {
+// listenUnix listens on path with mode 0600 (0660 with the api-group),
+// replacing a stale socket but refusing to take over one that still answers.
+func listenUnix(path string, gids []uint32) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("socket directory: %w", err)
 	}
@@ -203,17 +211,21 @@ func listenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("socket: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := setSocketAccess(path, gids); err != nil {
 		l.Close()
 		return nil, err
 	}
 	return l, nil
 }
 
+// requireToken compares digests, so that the time taken does not depend on
+// the token's length either (ConstantTimeCompare returns at once on a
+// length mismatch).
 func requireToken(token string, h http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
+	want := sha256.Sum256([]byte("Bearer " + token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			http.Error(w, `{"error":"a valid bearer token is required","reason":"Unauthorized"}`, http.StatusUnauthorized)
 			return

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -163,11 +164,17 @@ func TestTCPNeedsToken(t *testing.T) {
 	o := DefaultOptions()
 	o.CgroupRoot, o.skipFSCheck = root, true
 	o.Socket, o.MetricsAddress = "", ""
-	o.ListenTCP, o.TCPTokenFile = "127.0.0.1:38471", tok
+	o.ListenTCP, o.TCPTokenFile = "127.0.0.1:0", tok
 	o.CPUAllocatable, o.MemoryAllocatable = "1", "1Gi"
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	o.onReady = func(a string) { ready <- a }
+	tcpAddr := make(chan string, 1)
+	o.onListen = func(name, addr string) {
+		if name == "api-tcp" {
+			tcpAddr <- addr
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, o, quiet) }()
 	select {
@@ -175,13 +182,31 @@ func TestTCPNeedsToken(t *testing.T) {
 	case err := <-done:
 		t.Fatal(err)
 	}
-	if _, err := api.NewClient("http://127.0.0.1:38471").Node(ctx); err == nil || !strings.Contains(err.Error(), "401") {
-		t.Errorf("no token: %v", err)
+	base := "http://" + <-tcpAddr
+	for name, auth := range map[string]string{
+		"no token":     "",
+		"wrong token":  "Bearer 0123456789abcdef0124",
+		"wrong length": "Bearer 0123456789abcdef01234",
+		"short":        "Bearer 0",
+		"not bearer":   "Basic 0123456789abcdef0123",
+		"bare token":   "0123456789abcdef0123",
+	} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/node", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e api.Error
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != 401 || err != nil || e.Reason != "Unauthorized" || resp.Header.Get("WWW-Authenticate") != "Bearer" {
+			t.Errorf("%s: %d %+v %v", name, resp.StatusCode, e, err)
+		}
 	}
-	if _, err := api.NewClient("http://127.0.0.1:38471").WithToken("wrong-token-wrong-token").Node(ctx); err == nil {
-		t.Error("wrong token accepted")
-	}
-	n, err := api.NewClient("http://127.0.0.1:38471").WithToken("0123456789abcdef0123").Node(ctx)
+	n, err := api.NewClient(base).WithToken("0123456789abcdef0123").Node(ctx)
 	if err != nil || n.Allocatable.MilliCPU != 1000 {
 		t.Errorf("with token: %+v %v", n, err)
 	}
