@@ -18,6 +18,7 @@ import (
 
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/journal"
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup"
@@ -73,7 +74,8 @@ type Agent struct {
 	cg       Cgroups
 	rt       Runtime
 	pressure []pressure.Source
-	drift    drifts // drift.go
+	drift    drifts  // drift.go
+	journal  Journal // recover.go; nil: intents are not durable
 	ledger   *admission.Ledger
 	log      *slog.Logger
 	metrics  *metrics.Metrics
@@ -91,7 +93,8 @@ type Agent struct {
 	seq        uint64
 	closing    bool
 	intents    map[string]*record
-	order      []string // intent IDs in the order accepted
+	accepting  map[string]*record // being journaled, not yet acknowledged
+	order      []string           // intent IDs in the order accepted
 	containers map[string]*container
 }
 
@@ -101,6 +104,11 @@ type record struct {
 	change intent.Change
 	seq    uint64
 	retry  bool // a Deferred intent to try again
+	// key is the container's; ticket is the journaling of its acceptance;
+	// recovered marks an intent queued again by Recover (recover.go).
+	key       string
+	ticket    journal.Ticket
+	recovered bool
 }
 
 // container is one container the agent manages, keyed by its cgroup path
@@ -119,6 +127,9 @@ type container struct {
 	pending  *record // the next intent to run: Proposed or Deferred
 	running  bool
 	last     string // ID of the last intent to reach a terminal state
+	// newest is the newest intent accepted, which a late older one must
+	// not supersede (recover.go).
+	newest *record
 }
 
 // New returns an Agent that writes through cg and admits against ledger.
@@ -126,6 +137,7 @@ func New(cg Cgroups, ledger *admission.Ledger, opts ...Option) *Agent {
 	a := &Agent{
 		cg: cg, ledger: ledger, log: slog.Default(), period: cgroup.DefaultPeriod, history: 10000,
 		now: time.Now, hub: newHub(), intents: map[string]*record{}, containers: map[string]*container{},
+		accepting: map[string]*record{},
 	}
 	for _, o := range opts {
 		o(a)
@@ -135,8 +147,9 @@ func New(cg Cgroups, ledger *admission.Ledger, opts ...Option) *Agent {
 
 // Submit validates and accepts an intent. It returns the intent as
 // accepted, and created=false when the same ID and spec were accepted before
-// (an idempotent retry). Errors match intent.ErrInvalid, ErrNotFound,
-// ErrConflict or ErrShuttingDown.
+// (an idempotent retry). With a journal, the intent is on disk before
+// Submit returns. Errors match intent.ErrInvalid, ErrNotFound, ErrConflict,
+// ErrShuttingDown or ErrJournal.
 func (a *Agent) Submit(spec intent.Spec) (intent.Intent, bool, error) {
 	spec, change, err := intent.Validate(spec)
 	if err != nil {
@@ -161,6 +174,12 @@ func (a *Agent) Submit(spec intent.Spec) (intent.Intent, bool, error) {
 			}
 			return old.Intent, false, nil
 		}
+		if old, ok := a.accepting[spec.ID]; ok {
+			if !sameSpec(old.Spec, spec) {
+				return intent.Intent{}, false, fmt.Errorf("%w: intent %s was accepted with another spec", ErrConflict, spec.ID)
+			}
+			return a.awaitAcceptLocked(old)
+		}
 	}
 	c, err := a.containerLocked(spec.Target, res)
 	if err != nil {
@@ -179,19 +198,13 @@ func (a *Agent) Submit(spec intent.Spec) (intent.Intent, bool, error) {
 		r.ID = newID()
 		r.Spec.ID = r.ID
 	}
-	a.intents[r.ID] = r
-	a.order = append(a.order, r.ID)
-	a.gauge(1)
-	a.hub.publish(Event{"ADDED", r.Intent})
-	a.log.Info("intent accepted", "intent", r.ID, "container", c.name, "cgroup", c.cgroup, "resources", describe(change))
-
-	if old := c.pending; old != nil {
-		old.Status.SupersededBy = r.ID
-		a.finishLocked(c, old, intent.Superseded, intent.ReasonSuperseded, "superseded by intent "+r.ID+" for the same container")
+	r.key = c.key
+	if a.journal != nil {
+		if err := a.journalAcceptLocked(c, r); err != nil {
+			return intent.Intent{}, false, err
+		}
 	}
-	c.pending = r
-	a.kickLocked(c)
-	a.evictLocked()
+	a.acceptLocked(c, r)
 	return r.Intent, true, nil
 }
 
@@ -766,12 +779,16 @@ func (a *Agent) setLocked(r *record, s intent.State, reason, msg string) {
 	r.Status.State, r.Status.Reason, r.Status.Message = s, reason, msg
 	r.Status.UpdatedAt = a.now()
 	a.hub.publish(Event{"MODIFIED", r.Intent})
+	a.journalLocked(r)
 }
 
 // finishLocked puts r in a terminal state and records its metrics.
 func (a *Agent) finishLocked(c *container, r *record, s intent.State, reason, msg string) {
 	if c.pending == r {
 		c.pending = nil
+	}
+	if r.recovered {
+		msg += " (queued again after an agent restart)"
 	}
 	now := a.now()
 	r.Status.CompletedAt = &now

@@ -16,3 +16,7 @@ var (
 
 // ErrRuntime is returned when the container runtime fails a request.
 var ErrRuntime = errors.New("container runtime error")
+
+// ErrJournal is returned when an intent cannot be journaled: it is then
+// not accepted.
+var ErrJournal = errors.New("journal error")

@@ -48,6 +48,8 @@ type Options struct {
 	Drift           string `json:"drift"`         // drift policy: report, restore, adopt or off
 	DriftInterval   string `json:"driftInterval"` // how often to compare the cgroup files with the intents
 	ShutdownTimeout string `json:"shutdownTimeout"`
+	// StateDir holds the intent journal (agent/journal); empty: none.
+	StateDir string `json:"stateDir"`
 
 	LogLevel  string `json:"logLevel"`
 	LogFormat string `json:"logFormat"`
@@ -80,6 +82,7 @@ func DefaultOptions() *Options {
 		Drift:           string(agent.DriftRestore),
 		DriftInterval:   "10s",
 		ShutdownTimeout: "10s",
+		StateDir:        "/var/lib/resize-agent",
 		LogLevel:        "info",
 		LogFormat:       "text",
 		NodeName:        os.Getenv("NODE_NAME"),
@@ -110,6 +113,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Drift, "drift", o.Drift, "when a managed cgroup's values change behind the agent's back: report, restore (write the agent's values back through an intent), adopt (take the new limits when QoS and capacity allow) or off")
 	fs.StringVar(&o.DriftInterval, "drift-interval", o.DriftInterval, "how often to compare managed cgroup files with the last completed intents")
 	fs.StringVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight writes may take at shutdown")
+	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory for the intent journal: accepted intents are on disk before they are acknowledged and are recovered after a crash (empty: no journal, intents are lost when the agent stops)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "text or json")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file for the Kubernetes intake (empty: in-cluster service account)")

@@ -20,6 +20,7 @@ import (
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/journal"
 	"github.com/resizer/resize-agent/agent/kube"
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/agent/pressure"
@@ -74,7 +75,26 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	}
 	defer closeSources()
 	agentOpts = append(agentOpts, agent.WithPressure(sources...))
+	if o.StateDir != "" {
+		j, err := journal.Open(o.StateDir)
+		if err != nil {
+			return fmt.Errorf("state-dir: %w", err)
+		}
+		// After a.Close below, so that the agent's last records are written.
+		defer func() {
+			if err := j.Close(); err != nil {
+				log.Error("closing the journal", "err", err)
+			}
+		}()
+		agentOpts = append(agentOpts, agent.WithJournal(j))
+	} else {
+		log.Warn("no state-dir: intents are not journaled, and those not done are lost when the agent stops")
+	}
 	a := agent.New(cg, admission.NewLedger(alloc), agentOpts...)
+	// Before the API serves: intents accepted before a crash come first.
+	if _, err := a.Recover(); err != nil {
+		return err
+	}
 	metrics.RegisterNode(reg, a)
 	reg.MustRegister(pressure.NewCollector(a.Targets, sources...))
 

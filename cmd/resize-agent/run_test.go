@@ -32,6 +32,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // on a cgroup v2 host it must start (and is stopped at once).
 func TestRefusesHostWithoutCgroup2(t *testing.T) {
 	o := DefaultOptions()
+	o.StateDir = t.TempDir()
 	o.Socket = filepath.Join(t.TempDir(), "a.sock")
 	o.MetricsAddress = ""
 	hostErr := cgroup.New().Check()
@@ -93,6 +94,7 @@ func TestRunServesAPI(t *testing.T) {
 	root := cgrouptest.FakeTree(t, "/kubepods/pod1/web")
 	dir := t.TempDir()
 	o := DefaultOptions()
+	o.StateDir = t.TempDir()
 	o.CgroupRoot, o.skipFSCheck = root, true
 	o.Socket = filepath.Join(dir, "run", "agent.sock")
 	o.MetricsAddress = "127.0.0.1:0"
@@ -162,6 +164,7 @@ func TestTCPNeedsToken(t *testing.T) {
 	tok := filepath.Join(dir, "token")
 	os.WriteFile(tok, []byte("0123456789abcdef0123\n"), 0o600)
 	o := DefaultOptions()
+	o.StateDir = t.TempDir()
 	o.CgroupRoot, o.skipFSCheck = root, true
 	o.Socket, o.MetricsAddress = "", ""
 	o.ListenTCP, o.TCPTokenFile = "127.0.0.1:0", tok

@@ -319,7 +319,7 @@ func checkDeployment(t *testing.T, objs []k8sruntime.Object, flags map[string]st
 		args[k] = v
 	}
 	// The paths and ports the manifest spells out are the daemon's defaults.
-	for _, f := range []string{"cgroup-root", "socket", "metrics-address", "cri-endpoint", "kube-intake"} {
+	for _, f := range []string{"cgroup-root", "socket", "metrics-address", "cri-endpoint", "kube-intake", "state-dir"} {
 		if args[f] != flags[f] {
 			t.Errorf("--%s=%s in the DaemonSet, but the daemon's default is %q", f, args[f], flags[f])
 		}
@@ -354,11 +354,12 @@ func checkDeployment(t *testing.T, objs []k8sruntime.Object, flags map[string]st
 	}
 	wantMount(args["cgroup-root"], corev1.HostPathDirectory, false)
 	wantMount(filepath.Dir(args["socket"]), corev1.HostPathDirectoryOrCreate, false)
+	wantMount(args["state-dir"], corev1.HostPathDirectoryOrCreate, false)
 	wantMount(strings.TrimPrefix(args["cri-endpoint"], "unix://"), corev1.HostPathSocket, false)
 	wantMount("/sys/kernel/btf", corev1.HostPathDirectory, true)
 	wantMount("/sys/fs/bpf", corev1.HostPathDirectoryOrCreate, false)
 	wantMount("/sys/kernel/tracing", corev1.HostPathDirectoryOrCreate, true)
-	if len(mounts) != 6 || len(host) != 6 {
+	if len(mounts) != 7 || len(host) != 7 {
 		t.Errorf("%d mounts, %d volumes: every host path must be listed here with its reason", len(mounts), len(host))
 	}
 	// The metrics port.

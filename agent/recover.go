@@ -1,0 +1,250 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/journal"
+)
+
+// Journal makes intents durable; *journal.Journal implements it. Append
+// keeps the order of the records appended; Wait returns once a record is
+// on disk; Records is what was on disk when the journal was opened.
+type Journal interface {
+	Append(journal.Record) journal.Ticket
+	Wait(journal.Ticket) error
+	Records() []journal.Record
+}
+
+// WithJournal makes the agent journal every intent before it acknowledges
+// it, and every change of state after; Recover replays the journal.
+func WithJournal(j Journal) Option { return func(a *Agent) { a.journal = j } }
+
+// Recovery says what Recover found.
+type Recovery struct {
+	Intents    int // intents in the journal
+	Requeued   int // not terminal at the crash: queued again
+	Failed     int // not terminal, but their container could not be found again
+	Containers int // containers given back their last Completed resources
+	Took       time.Duration
+}
+
+// Recover replays the journal: every container gets back the resources of
+// its last Completed intent (and the ledger accounts them), and every
+// intent not in a terminal state is queued again in its original order,
+// with its ID and acceptance time. An intent that was InProgress is
+// applied again: the writes are idempotent and verified. Targets are
+// resolved again, since a container may have a new cgroup; an intent whose
+// container is gone ends Failed (ContainerGone). Call it once, after New
+// and before the agent takes intents.
+func (a *Agent) Recover() (Recovery, error) {
+	var out Recovery
+	if a.journal == nil {
+		return out, nil
+	}
+	start := time.Now()
+	recs := a.journal.Records()
+	out.Intents = len(recs)
+
+	// Where each container is now, found without the lock: the runtime may
+	// be slow.
+	type found struct {
+		t   intent.Target
+		res resolved
+		err error
+	}
+	where := map[string]*found{}
+	lastCompleted := map[string]*journal.Record{}
+	for i := range recs {
+		jr := &recs[i]
+		done := jr.Intent.Status.State.Terminal()
+		if jr.Intent.Status.State == intent.Completed && jr.Resources != nil {
+			lastCompleted[jr.Container] = jr
+		} else if done {
+			continue
+		}
+		if where[jr.Container] == nil {
+			f := &found{t: jr.Intent.Spec.Target}
+			f.res, f.err = a.resolve(f.t)
+			where[jr.Container] = f
+		}
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	containerOf := func(key string) (*container, error) {
+		f := where[key]
+		if f.err != nil {
+			return nil, f.err
+		}
+		if c := a.containers[f.res.key]; c != nil {
+			return c, nil
+		}
+		return a.containerLocked(f.t, f.res)
+	}
+	for key, jr := range lastCompleted {
+		c, err := containerOf(key)
+		if err != nil {
+			a.log.Info("journal: container gone since the agent stopped", "container", key, "err", err)
+			continue
+		}
+		c.res, c.cpu, c.mem, c.last = jr.Resources.Resources, jr.Resources.CPU, jr.Resources.Memory, jr.Intent.ID
+		a.ledger.Set(c.key, requests(c.res))
+		out.Containers++
+	}
+	for _, jr := range recs {
+		r := &record{Intent: jr.Intent, seq: jr.Seq, key: jr.Container}
+		a.seq = max(a.seq, r.seq)
+		if _, dup := a.intents[r.ID]; dup {
+			continue
+		}
+		a.intents[r.ID] = r
+		a.order = append(a.order, r.ID)
+		if r.Status.State.Terminal() {
+			continue
+		}
+		a.gauge(1)
+		_, change, err := intent.Validate(r.Spec)
+		r.change = change
+		var c *container
+		if err == nil {
+			c, err = containerOf(jr.Container)
+		}
+		if err != nil {
+			out.Failed++
+			a.finishLocked(&container{name: r.Spec.Target.Name}, r, intent.Failed, recoveryReason(err),
+				"after an agent restart, the intent could not be queued again: "+err.Error())
+			continue
+		}
+		r.key, r.recovered = c.key, true
+		out.Requeued++
+		switch r.Status.State {
+		case intent.Deferred:
+			r.retry = true // the node may have room now
+		default:
+			a.setLocked(r, intent.Proposed, "", fmt.Sprintf("queued again after an agent restart (was %s)", jr.Intent.Status.State))
+		}
+		if old := c.pending; old != nil {
+			old.Status.SupersededBy = r.ID
+			a.finishLocked(c, old, intent.Superseded, intent.ReasonSuperseded, "superseded by intent "+r.ID+" for the same container")
+		}
+		c.pending, c.newest = r, r
+	}
+	for _, c := range a.containers {
+		if c.pending != nil {
+			a.kickLocked(c)
+		}
+	}
+	a.evictLocked()
+	out.Took = time.Since(start)
+	a.log.Info("journal replayed", "intents", out.Intents, "requeued", out.Requeued, "failed", out.Failed,
+		"containers", out.Containers, "took", out.Took)
+	return out, nil
+}
+
+func recoveryReason(err error) string {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return intent.ReasonContainerGone
+	case errors.Is(err, ErrRuntime):
+		return intent.ReasonRuntimeFailed
+	}
+	return reasonOf(err)
+}
+
+// journalLocked appends r as it is now. It does not wait: the journal
+// keeps the order, and only acceptance must be on disk before it is
+// acknowledged.
+func (a *Agent) journalLocked(r *record) {
+	if a.journal == nil {
+		return
+	}
+	if r.key == "" {
+		r.key = a.keyOfLocked(r.Spec.Target)
+	}
+	jr := journal.Record{Seq: r.seq, Container: r.key, Intent: r.Intent}
+	if c := a.containers[r.key]; c != nil && r.Status.State == intent.Completed {
+		jr.Resources = &journal.Resources{Resources: c.res, CPU: c.cpu, Memory: c.mem}
+	}
+	a.journal.Append(jr)
+}
+
+// keyOfLocked finds the key of a managed container by target, for intents
+// made without Submit.
+func (a *Agent) keyOfLocked(t intent.Target) string {
+	for _, c := range a.containers {
+		switch {
+		case t.PodUID != "" && c.podUID == t.PodUID && c.name == t.Name,
+			t.ContainerID != "" && c.runtimeID == t.ContainerID,
+			t.CgroupPath != "" && c.runtimeID == "" && c.cgroup == t.CgroupPath:
+			return c.key
+		}
+	}
+	return t.CgroupPath
+}
+
+// journalAcceptLocked puts r on disk before it is acknowledged. It drops
+// the lock while it waits, so that concurrent submissions share a sync.
+func (a *Agent) journalAcceptLocked(c *container, r *record) error {
+	r.key = c.key
+	r.ticket = a.journal.Append(journal.Record{Seq: r.seq, Container: r.key, Intent: r.Intent})
+	a.accepting[r.ID] = r
+	a.mu.Unlock()
+	err := a.journal.Wait(r.ticket)
+	a.mu.Lock()
+	delete(a.accepting, r.ID)
+	if err != nil {
+		a.log.Error("journal: intent not accepted", "intent", r.ID, "container", c.name, "err", err)
+		return fmt.Errorf("%w: intent not accepted: %w", ErrJournal, err)
+	}
+	return nil
+}
+
+// awaitAcceptLocked answers a retry of an intent still being journaled
+// once it is on disk.
+func (a *Agent) awaitAcceptLocked(r *record) (intent.Intent, bool, error) {
+	a.mu.Unlock()
+	err := a.journal.Wait(r.ticket)
+	a.mu.Lock()
+	if err != nil {
+		return intent.Intent{}, false, fmt.Errorf("%w: intent not accepted: %w", ErrJournal, err)
+	}
+	if cur, ok := a.intents[r.ID]; ok {
+		return cur.Intent, false, nil
+	}
+	return r.Intent, false, nil
+}
+
+// acceptLocked makes r, journaled if there is a journal, c's next intent.
+// With a journal, submissions for the same container can come back from
+// their sync out of order: an intent older than one already accepted is
+// superseded by it at once, as it would have been in order.
+func (a *Agent) acceptLocked(c *container, r *record) {
+	a.intents[r.ID] = r
+	a.order = append(a.order, r.ID)
+	for i := len(a.order) - 1; i > 0 && a.intents[a.order[i-1]].seq > r.seq; i-- {
+		a.order[i-1], a.order[i] = a.order[i], a.order[i-1]
+	}
+	a.gauge(1)
+	a.hub.publish(Event{"ADDED", r.Intent})
+	a.log.Info("intent accepted", "intent", r.ID, "container", c.name, "cgroup", c.cgroup, "resources", describe(r.change))
+	switch {
+	case a.containers[c.key] != c:
+		a.finishLocked(c, r, intent.Failed, intent.ReasonContainerGone, "the container stopped being managed while the intent was being journaled")
+	case a.closing:
+		a.finishLocked(c, r, intent.Failed, intent.ReasonShutdown, "the agent began shutting down while the intent was being journaled")
+	case c.newest != nil && c.newest.seq > r.seq:
+		r.Status.SupersededBy = c.newest.ID
+		a.finishLocked(c, r, intent.Superseded, intent.ReasonSuperseded, "superseded by intent "+c.newest.ID+" for the same container")
+	default:
+		if old := c.pending; old != nil {
+			old.Status.SupersededBy = r.ID
+			a.finishLocked(c, old, intent.Superseded, intent.ReasonSuperseded, "superseded by intent "+r.ID+" for the same container")
+		}
+		c.pending, c.newest = r, r
+		a.kickLocked(c)
+	}
+	a.evictLocked()
+}

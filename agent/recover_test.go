@@ -1,0 +1,330 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/resizer/resize-agent/agent"
+	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/journal"
+	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+	"github.com/resizer/resize-agent/cri"
+)
+
+// journaled is an agent on the fake tree root with a journal in dir.
+func journaled(t *testing.T, root, dir string, alloc admission.Capacity, opts ...agent.Option) (*agent.Agent, *recorder, *admission.Ledger) {
+	t.Helper()
+	j, err := journal.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := &recorder{Manager: cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())}
+	l := admission.NewLedger(alloc)
+	opts = append([]agent.Option{agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), agent.WithJournal(j)}, opts...)
+	a := agent.New(cg, l, opts...)
+	t.Cleanup(func() {
+		if cg.block != nil {
+			close(cg.block)
+		}
+		a.Close(context.Background())
+		j.Close()
+	})
+	return a, cg, l
+}
+
+// crash copies what is on disk of dir's journal now, as a crash would
+// leave it, into a new state directory.
+func crash(t *testing.T, dir string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, journal.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := t.TempDir()
+	if err := os.WriteFile(filepath.Join(to, journal.FileName), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
+
+func readJournal(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, journal.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func recoverAgent(t *testing.T, a *agent.Agent) agent.Recovery {
+	t.Helper()
+	rec, err := a.Recover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recovery %+v", rec)
+	return rec
+}
+
+var big = admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}
+
+// TestRecoverAfterCrash: a Completed intent gives its container back its
+// resources (and the ledger accounts them); an InProgress one and a queued
+// one behind it are queued again in order, so the newer supersedes the
+// older and is applied.
+func TestRecoverAfterCrash(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/pod/web", "/pod/api")
+	dir := t.TempDir()
+	a1, cg1, _ := journaled(t, root, dir, big)
+	done := submit(t, a1, spec("web", "/pod/web", map[string]string{"cpu": "500m", "memory": "256Mi"}, map[string]string{"cpu": "1", "memory": "512Mi"}))
+	want(t, done, intent.Completed, intent.ReasonApplied)
+	cg1.block = make(chan struct{}) // the next writes hang: a crash mid-apply
+	inFlight, _, err := a1.Submit(spec("web", "/pod/web", map[string]string{"cpu": "700m"}, map[string]string{"cpu": "2"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, a1, inFlight.ID, intent.InProgress)
+	queued, _, err := a1.Submit(spec("web", "/pod/web", map[string]string{"cpu": "800m"}, map[string]string{"cpu": "3"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, _, err := a1.Submit(spec("api", "/pod/api", map[string]string{"cpu": "100m"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	a2, _, l2 := journaled(t, root, crash(t, dir), big)
+	rec := recoverAgent(t, a2)
+	if rec.Intents != 4 || rec.Requeued != 3 || rec.Containers != 1 {
+		t.Errorf("recovery %+v, want 4 intents, 3 requeued, 1 container", rec)
+	}
+	if got, _ := a2.Get(done.ID); got.Status.State != intent.Completed || !got.Status.AcceptedAt.Equal(done.Status.AcceptedAt) {
+		t.Errorf("completed intent after recovery: %+v", got.Status)
+	}
+	sup := settle(t, a2, inFlight.ID)
+	want(t, sup, intent.Superseded, intent.ReasonSuperseded)
+	if sup.Status.SupersededBy != queued.ID {
+		t.Errorf("superseded by %q, want %s", sup.Status.SupersededBy, queued.ID)
+	}
+	last := settle(t, a2, queued.ID)
+	want(t, last, intent.Completed, intent.ReasonApplied)
+	if !strings.Contains(last.Status.Message, "restart") {
+		t.Errorf("message does not say it was recovered: %q", last.Status.Message)
+	}
+	want(t, settle(t, a2, api.ID), intent.Completed, "")
+	if got := cgrouptest.ReadFile(t, root, "/pod/web", "cpu.max"); got != "300000 100000" {
+		t.Errorf("cpu.max %q after recovery", got)
+	}
+	// The memory declared by the first intent is still managed and held.
+	if got := cgrouptest.ReadFile(t, root, "/pod/web", "memory.max"); got != fmt.Sprint(512<<20) {
+		t.Errorf("memory.max %q after recovery", got)
+	}
+	if got := l2.Allocated(); got.MilliCPU != 900 || got.Memory != 256<<20 {
+		t.Errorf("ledger after recovery %+v, want 900m and 256Mi", got)
+	}
+	ids := []string{}
+	for _, it := range a2.List(agent.Filter{}, "") {
+		ids = append(ids, it.ID)
+	}
+	if fmt.Sprint(ids) != fmt.Sprint([]string{done.ID, inFlight.ID, queued.ID, api.ID}) {
+		t.Errorf("order after recovery %v", ids)
+	}
+}
+
+// TestRecoverInProgressAppliedAgain: the intent in flight at the crash is
+// applied again, a second attempt.
+func TestRecoverInProgressAppliedAgain(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/pod/web")
+	dir := t.TempDir()
+	a1, cg1, _ := journaled(t, root, dir, big)
+	cg1.block = make(chan struct{})
+	it, _, err := a1.Submit(spec("web", "/pod/web", nil, map[string]string{"memory": "300Mi"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, a1, it.ID, intent.InProgress)
+	// State changes are journaled without waiting: wait here.
+	for i := 0; !strings.Contains(readJournal(t, dir), `"state":"InProgress"`); i++ {
+		if i > 500 {
+			t.Fatal("InProgress never reached the journal")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a2, _, _ := journaled(t, root, crash(t, dir), big)
+	recoverAgent(t, a2)
+	got := settle(t, a2, it.ID)
+	want(t, got, intent.Completed, "")
+	if got.Status.Attempts != 2 {
+		t.Errorf("attempts %d, want 2", got.Status.Attempts)
+	}
+	if v := cgrouptest.ReadFile(t, root, "/pod/web", "memory.max"); v != fmt.Sprint(300<<20) {
+		t.Errorf("memory.max %q", v)
+	}
+}
+
+func TestRecoverDeferredStaysDeferred(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/pod/web")
+	dir := t.TempDir()
+	small := admission.Capacity{MilliCPU: 1000, Memory: gi}
+	a1, _, _ := journaled(t, root, dir, small)
+	// Deferred needs capacity held elsewhere: another container.
+	cgrouptest.AddFake(t, root, "/pod/db")
+	want(t, submit(t, a1, spec("db", "/pod/db", map[string]string{"cpu": "800m"}, nil)), intent.Completed, "")
+	d := submit(t, a1, spec("web", "/pod/web", map[string]string{"cpu": "500m"}, nil))
+	want(t, d, intent.Deferred, intent.ReasonDeferred)
+
+	a2, _, _ := journaled(t, root, crash(t, dir), small)
+	recoverAgent(t, a2)
+	got := settle(t, a2, d.ID)
+	want(t, got, intent.Deferred, intent.ReasonDeferred)
+	if !got.Status.AcceptedAt.Equal(d.Status.AcceptedAt) {
+		t.Errorf("accepted at %v, was %v", got.Status.AcceptedAt, d.Status.AcceptedAt)
+	}
+	// db's 800m is accounted again, so web still does not fit; once db
+	// shrinks, web goes ahead.
+	want(t, submit(t, a2, spec("db", "/pod/db", map[string]string{"cpu": "200m"}, nil)), intent.Completed, "")
+	want(t, settleTerminal(t, a2, d.ID), intent.Completed, "")
+}
+
+func TestRecoverContainerGone(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/pod/web")
+	dir := t.TempDir()
+	a1, cg1, _ := journaled(t, root, dir, big)
+	cg1.block = make(chan struct{})
+	it, _, err := a1.Submit(spec("web", "/pod/web", map[string]string{"cpu": "100m"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, a1, it.ID, intent.InProgress)
+	state := crash(t, dir)
+	if err := os.RemoveAll(filepath.Join(root, "pod", "web")); err != nil {
+		t.Fatal(err)
+	}
+	a2, _, _ := journaled(t, root, state, big)
+	rec := recoverAgent(t, a2)
+	if rec.Failed != 1 {
+		t.Errorf("recovery %+v, want 1 failed", rec)
+	}
+	got, err := a2.Get(it.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(t, got, intent.Failed, intent.ReasonContainerGone)
+}
+
+// TestRecoverRuntimeTargetFollowsNewContainer: a container of the runtime
+// is found again by pod UID and name, in its new cgroup.
+func TestRecoverRuntimeTargetFollowsNewContainer(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/kubepods/pod-u1/c1", "/kubepods/pod-u1/c2")
+	dir := t.TempDir()
+	newAgent := func(dir string, rt *fakeRuntime, pids map[int]string) (*agent.Agent, *recorder) {
+		j, err := journal.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cg := &pidCgroups{recorder: &recorder{Manager: cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())}, pids: pids}
+		a := agent.New(cg, admission.NewLedger(big), agent.WithRuntime(rt), agent.WithJournal(j),
+			agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		t.Cleanup(func() {
+			if cg.block != nil {
+				close(cg.block)
+			}
+			a.Close(context.Background())
+			j.Close()
+		})
+		return a, cg.recorder
+	}
+	rt1 := &fakeRuntime{ctr: cri.Container{ID: "c1", Name: "web", PodUID: "u1", PID: 100, State: "CONTAINER_RUNNING"}}
+	rt1.apply = func(cri.Resources) error { return errors.New("no") } // the agent writes the files itself
+	a1, cg1 := newAgent(dir, rt1, map[int]string{100: "/kubepods/pod-u1/c1"})
+	cg1.block = make(chan struct{})
+	it, _, err := a1.Submit(podSpec(nil, map[string]string{"cpu": "1500m"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, a1, it.ID, intent.InProgress)
+	state := crash(t, dir)
+
+	rt2 := &fakeRuntime{ctr: cri.Container{ID: "c1-new", Name: "web", PodUID: "u1", PID: 101, State: "CONTAINER_RUNNING"}}
+	rt2.apply = rt1.apply
+	a2, _ := newAgent(state, rt2, map[int]string{101: "/kubepods/pod-u1/c2"})
+	recoverAgent(t, a2)
+	want(t, settle(t, a2, it.ID), intent.Completed, "")
+	if v := cgrouptest.ReadFile(t, root, "/kubepods/pod-u1/c2", "cpu.max"); v != "150000 100000" {
+		t.Errorf("new cgroup's cpu.max %q", v)
+	}
+	cs := a2.Containers()
+	if len(cs) != 1 || cs[0].ContainerID != "c1-new" || cs[0].CgroupPath != "/kubepods/pod-u1/c2" {
+		t.Errorf("containers %+v", cs)
+	}
+}
+
+// failingJournal refuses every record.
+type failingJournal struct{ j *journal.Journal }
+
+func (f failingJournal) Append(r journal.Record) journal.Ticket { return f.j.Append(r) }
+func (f failingJournal) Wait(journal.Ticket) error              { return errors.New("disk full") }
+func (f failingJournal) Records() []journal.Record              { return nil }
+
+func TestJournalFailureRejectsIntent(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/pod/web")
+	j, err := journal.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	cg := &recorder{Manager: cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())}
+	a := agent.New(cg, admission.NewLedger(big), agent.WithJournal(failingJournal{j}), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	defer a.Close(context.Background())
+	_, _, err = a.Submit(spec("web", "/pod/web", map[string]string{"cpu": "100m"}, map[string]string{"cpu": "1"}))
+	if !errors.Is(err, agent.ErrJournal) {
+		t.Fatalf("Submit = %v, want ErrJournal", err)
+	}
+	if l := a.List(agent.Filter{}, ""); len(l) != 0 {
+		t.Errorf("intents after a failed journal write: %+v", l)
+	}
+	if w := cg.Writes(); len(w) != 0 {
+		t.Errorf("writes after a failed journal write: %v", w)
+	}
+}
+
+// TestConcurrentSubmitsWithJournal: submissions that come back from their
+// sync out of order never let an older intent win over a newer one.
+func TestConcurrentSubmitsWithJournal(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	root := cgrouptest.FakeTree(t, "/pod/a", "/pod/b", "/pod/c")
+	a, _, _ := journaled(t, root, t.TempDir(), big)
+	var wg sync.WaitGroup
+	for g := 0; g < 12; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				n := names[(g+i)%3]
+				if _, _, err := a.Submit(spec(n, "/pod/"+n, map[string]string{"cpu": "10m"}, map[string]string{"cpu": fmt.Sprintf("%dm", 100+g*10+i)})); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, n := range names {
+		its := a.List(agent.Filter{Container: n}, "")
+		last := settleTerminal(t, a, its[len(its)-1].ID)
+		want(t, last, intent.Completed, "")
+		for _, it := range its {
+			settleTerminal(t, a, it.ID)
+		}
+	}
+}
