@@ -57,8 +57,8 @@ test/vm/vm.sh run --quiet --payload "$payload" --containerd --mem 2G --cpus 1 --
 	bench run -out /tmp/bench-out -n "$N" -n-runtime "$N_RUNTIME" -rest "$REST"
 vm_secs=$(($(date +%s) - vm_start))
 # Where the agent's CPU goes: the in-process profile, cut to the agent's goroutines.
-go tool pprof -top -cum -nodecount=40 -tagfocus=side=agent "$payload/bin/bench" "$out/vm/cpu.pprof" >"$out/profile.txt" 2>&1 || true
-go tool pprof -top -nodecount=25 -tagfocus=side=agent "$payload/bin/bench" "$out/vm/cpu.pprof" >"$out/profile-flat.txt" 2>&1 || true
+go tool pprof -top -cum -nodecount=30 -tagfocus=side=agent "$payload/bin/bench" "$out/vm/cpu.pprof" >"$out/profile.txt" 2>&1 || true
+go tool pprof -top -nodecount=30 -tagfocus=side=agent "$payload/bin/bench" "$out/vm/cpu.pprof" >"$out/profile-flat.txt" 2>&1 || true
 load_after=$(load)
 qemu_after=$(qemus)
 secs=$(($(date +%s) - start))
@@ -66,7 +66,7 @@ host="$(nproc) cores, load average $load_before before and $load_after after (1,
 echo "== done in ${secs}s (VM ${vm_secs}s); $host"
 if [[ $README != - ]]; then
 	"$out/bench-host" render -results "$out/vm/results.json" -readme "$README" \
-		-micro "$out/micro.txt" -benchstat "$out/benchstat.txt" -profile "$out/profile-flat.txt" \
+		-micro "$out/micro.txt" -benchstat "$out/benchstat.txt" -profile "$out/profile.txt" \
 		-host "$host" -run-time "$((secs / 60)) min $((secs % 60)) s (the VM part $((vm_secs / 60)) min $((vm_secs % 60)) s)"
 	echo "== $README: bench block rewritten"
 fi

@@ -128,7 +128,7 @@ func agentResize(ctx context.Context, c *api.Client, t intent.Target, milli int6
 
 func agentDirectMethod(c *api.Client, path string, n int) *method {
 	t := intent.Target{Name: "bench-direct", CgroupPath: path}
-	return &method{name: "agent, bare cgroup", what: "API submit → settled (watch); server: AcceptedAt → CompletedAt", n: n, cgroup: path,
+	return &method{name: "agent, bare cgroup", what: "API submit → settled (watch stream)", n: n, cgroup: path,
 		resize: func(ctx context.Context, milli int64) (time.Duration, error) { return agentResize(ctx, c, t, milli) }}
 }
 

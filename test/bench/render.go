@@ -139,7 +139,7 @@ func markdown(r Results, c renderConfig) (string, error) {
 		fmt.Fprintf(&w, "\nGuest phases: %s.\n", strings.Join(parts, ", "))
 	}
 	if b, err := os.ReadFile(c.profile); c.profile != "" && err == nil && len(b) > 0 {
-		fmt.Fprintf(&w, "\n<details><summary>Where the agent's CPU goes: a CPU profile of the agent's packages in the bench process (wired as the daemon wires them, eBPF off), cut to the agent's goroutines (<code>go tool pprof -top -tagfocus=side=agent</code>)</summary>\n\n```text\n%s\n```\n</details>\n", strings.TrimSpace(profileLines(b)))
+		fmt.Fprintf(&w, "\n<details><summary>Where the agent's CPU goes: a CPU profile of the agent's packages in the bench process (wired as the daemon wires them, eBPF off), cut to the agent's goroutines (<code>go tool pprof -top -cum -tagfocus=side=agent</code>)</summary>\n\n```text\n%s\n```\n</details>\n", strings.TrimSpace(profileLines(b)))
 	}
 	if c.benchstat != "" || c.micro != "" {
 		file, label := c.benchstat, "benchstat summary"
