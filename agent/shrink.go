@@ -27,6 +27,8 @@ const (
 	// shrinkPoll is the pause between reclaim rounds; dentries and inodes
 	// are freed after an RCU grace period, so memory.current lags.
 	shrinkPoll = 50 * time.Millisecond
+	// shrinkChunk is the most one memory.reclaim write asks for.
+	shrinkChunk = 64 << 20
 	// shrinkStuckRounds rounds in a row without usage falling by a page
 	// mean it will not come down (anonymous memory with no swap).
 	shrinkStuckRounds = 4
@@ -228,11 +230,16 @@ func (a *Agent) reclaimTo(ms memoryShrinker, path string, target int64, deadline
 			return rep
 		}
 		rep.rounds++
-		if _, err := ms.Reclaim(path, cur-goal); err != nil && !errors.Is(err, cgroup.ErrReclaimIncomplete) {
+		// In chunks: a write to memory.reclaim cannot be interrupted, and
+		// the deadline is checked between them.
+		_, err := ms.Reclaim(path, min(cur-goal, shrinkChunk))
+		switch {
+		case errors.Is(err, cgroup.ErrReclaimIncomplete):
+			time.Sleep(shrinkPoll)
+		case err != nil:
 			rep.err = fmt.Errorf("memory.reclaim: %w", err)
 			return rep
 		}
-		time.Sleep(shrinkPoll)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/containerd/cgroups/v3/cgroup2"
+	"golang.org/x/sys/unix"
 )
 
 // Files of the memory controller used to shrink a cgroup safely.
@@ -90,13 +91,9 @@ func (m *Manager) SetMemoryHigh(p string, v int64) error {
 	}
 	if err == nil {
 		// By hand, like memory.max: the library's int64 cannot say "max".
-		err = os.WriteFile(filepath.Join(d, FileMemoryHigh), []byte(data), 0)
+		err = writeRaw(filepath.Join(d, FileMemoryHigh), data)
 	}
 	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
 		return &WriteError{Path: clean, File: FileMemoryHigh, Value: data, Err: err}
 	}
 	raw, err := readFile(d, FileMemoryHigh)
@@ -138,7 +135,7 @@ func (m *Manager) Reclaim(p string, n int64) (int64, error) {
 		werr = m.failWrite(FileMemoryReclaim)
 	}
 	if werr == nil {
-		werr = os.WriteFile(f, []byte(strconv.FormatInt(n, 10)), 0)
+		werr = writeRaw(f, strconv.FormatInt(n, 10))
 	}
 	after, err := m.current(d)
 	if err != nil {
@@ -147,10 +144,6 @@ func (m *Manager) Reclaim(p string, n int64) (int64, error) {
 	got := max(before-after, 0)
 	if werr == nil {
 		return got, nil
-	}
-	var pe *fs.PathError
-	if errors.As(werr, &pe) {
-		werr = pe.Err
 	}
 	if errors.Is(werr, syscall.EAGAIN) {
 		werr = ErrReclaimIncomplete
@@ -177,4 +170,23 @@ func (m *Manager) current(d string) (int64, error) {
 		return 0, err
 	}
 	return parseMax(raw)
+}
+
+// writeRaw writes data to a cgroup file with plain system calls and returns
+// the bare errno. Not through *os.File: cgroupfs files can be polled, so Go
+// puts them in non-blocking mode under its netpoller and takes the EAGAIN
+// that memory.reclaim answers for "could not reclaim it all" as "try again
+// when writable", which never comes: the write would hang.
+func writeRaw(path, data string) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	for {
+		_, err = unix.Write(fd, []byte(data))
+		if err != unix.EINTR {
+			return err
+		}
+	}
 }

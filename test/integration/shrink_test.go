@@ -1,0 +1,178 @@
+package integration_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+)
+
+// RA_HELPER=dentries fills the helper's own cgroup with reclaimable kernel
+// memory until its memory.current reaches RA_MB MiB, says so, and sleeps.
+// The guest has no disk: every file lives on tmpfs, whose pages are shmem
+// and need swap to be reclaimed. Negative dentries are what is reclaimable
+// without swap there: looking up a name that does not exist in cgroupfs
+// (kernfs keeps negative dentries, tmpfs does not) allocates a dentry and,
+// for a long name, an external name, both charged to the caller's memory
+// cgroup and freed by the memcg-aware dcache shrinker on reclaim, the way
+// clean page cache would be.
+func init() {
+	if os.Getenv("RA_HELPER") != "dentries" {
+		return
+	}
+	mb, _ := strconv.Atoi(os.Getenv("RA_MB"))
+	dir := os.Getenv("RA_DIR")
+	cur := func() int64 {
+		b, _ := os.ReadFile(filepath.Join(dir, "memory.current"))
+		v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return v
+	}
+	long := strings.Repeat("n", 200)
+	n := 0
+	for cur() < int64(mb)<<20 && n < 5_000_000 {
+		for i := 0; i < 2000; i++ {
+			_, _ = os.Lstat(filepath.Join(dir, long+strconv.Itoa(n)))
+			n++
+		}
+	}
+	fmt.Println("ready", n, cur())
+	time.Sleep(time.Hour)
+	os.Exit(0)
+}
+
+func startAndWait(t *testing.T, mnt, p string, cmd *exec.Cmd) {
+	t.Helper()
+	out := &strings.Builder{}
+	cmd.Stdout = out
+	cgrouptest.StartIn(t, mnt, p, cmd)
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(out.String(), "ready") && !strings.Contains(out.String(), "allocated") {
+		if time.Now().After(deadline) {
+			t.Fatalf("helper not ready: %q", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("helper: %s", strings.TrimSpace(out.String()))
+}
+
+func memFigures(t *testing.T, mnt, p string) string {
+	t.Helper()
+	stat := map[string]string{}
+	for _, l := range strings.Split(cgrouptest.ReadFile(t, mnt, p, "memory.stat"), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok {
+			stat[k] = v
+		}
+	}
+	return fmt.Sprintf("memory.current=%s memory.max=%s memory.high=%s anon=%s file=%s slab_reclaimable=%s",
+		cgrouptest.ReadFile(t, mnt, p, "memory.current"), cgrouptest.ReadFile(t, mnt, p, "memory.max"),
+		cgrouptest.ReadFile(t, mnt, p, "memory.high"), stat["anon"], stat["file"], stat["slab_reclaimable"])
+}
+
+func alive(t *testing.T, mnt, p string, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the process died: %v", err)
+	}
+	if procs := cgrouptest.ReadFile(t, mnt, p, "cgroup.procs"); procs != strconv.Itoa(cmd.Process.Pid) {
+		t.Errorf("cgroup.procs = %q, want the same process %d", procs, cmd.Process.Pid)
+	}
+	if ev := cgrouptest.ReadFile(t, mnt, p, "memory.events"); !strings.Contains(ev, "oom_kill 0") {
+		t.Errorf("memory.events: %s", ev)
+	}
+}
+
+// TestShrinkReclaimable lowers the memory limit of a running process from
+// 128Mi to 32Mi while it holds about 64 MiB of reclaimable memory: the agent
+// lowers memory.high, has the kernel reclaim, then lowers memory.max, and
+// puts memory.high back; the process lives on.
+func TestShrinkReclaimable(t *testing.T) {
+	e := setup(t, admission.Capacity{MilliCPU: 4000, Memory: 1 << 30})
+	p := cgrouptest.Child(t, e.mnt, e.base, "cache")
+	mustState(t, e.resize(t, "cache", p, "", res{"memory": "128Mi"}, res{"memory": "128Mi"}), intent.Completed)
+	cmd := helper("RA_HELPER=dentries", "RA_MB=64", "RA_DIR="+filepath.Join(e.mnt, p))
+	startAndWait(t, e.mnt, p, cmd)
+	t.Logf("before: %s", memFigures(t, e.mnt, p))
+	start := time.Now()
+	it := e.resize(t, "cache", p, "", res{"memory": "32Mi"}, res{"memory": "32Mi"})
+	t.Logf("after %s: %s", time.Since(start).Round(time.Millisecond), memFigures(t, e.mnt, p))
+	mustState(t, it, intent.Completed)
+	if !strings.Contains(it.Status.Message, "reclaimed") {
+		t.Errorf("message %q does not say what was reclaimed", it.Status.Message)
+	}
+	if got := cgrouptest.ReadFile(t, e.mnt, p, "memory.max"); got != "33554432" {
+		t.Errorf("memory.max = %s, want 32Mi", got)
+	}
+	if got := cgrouptest.ReadFile(t, e.mnt, p, "memory.high"); got != "max" {
+		t.Errorf("memory.high = %s, want it restored to max", got)
+	}
+	alive(t, e.mnt, p, cmd)
+}
+
+// TestShrinkAnonymousFails asks the same of a process holding 64 MiB of
+// anonymous memory, with no swap: usage cannot come down, so the intent
+// fails with the figures and memory.max and memory.high stay as they were.
+func TestShrinkAnonymousFails(t *testing.T) {
+	e := setup(t, admission.Capacity{MilliCPU: 4000, Memory: 1 << 30})
+	p := cgrouptest.Child(t, e.mnt, e.base, "anon")
+	mustState(t, e.resize(t, "anon", p, "", res{"memory": "128Mi"}, res{"memory": "128Mi"}), intent.Completed)
+	cmd := helper("RA_HELPER=alloc", "RA_MB=64", "RA_HOLD=1")
+	startAndWait(t, e.mnt, p, cmd)
+	t.Logf("before: %s", memFigures(t, e.mnt, p))
+	start := time.Now()
+	it := e.resize(t, "anon", p, "", res{"memory": "32Mi"}, res{"memory": "32Mi"})
+	t.Logf("after %s: %s", time.Since(start).Round(time.Millisecond), memFigures(t, e.mnt, p))
+	mustState(t, it, intent.Failed)
+	if it.Status.Reason != intent.ReasonMemoryBelowUsage {
+		t.Errorf("reason %s", it.Status.Reason)
+	}
+	for _, w := range []string{"could not reclaim enough", "anon ", "memory.max left at 128Mi", "restored to max"} {
+		if !strings.Contains(it.Status.Message, w) {
+			t.Errorf("message %q lacks %q", it.Status.Message, w)
+		}
+	}
+	if got := cgrouptest.ReadFile(t, e.mnt, p, "memory.max"); got != "134217728" {
+		t.Errorf("memory.max = %s, want 128Mi as before", got)
+	}
+	if got := cgrouptest.ReadFile(t, e.mnt, p, "memory.high"); got != "max" {
+		t.Errorf("memory.high = %s, want max as before", got)
+	}
+	alive(t, e.mnt, p, cmd)
+}
+
+// TestShrinkPodLevel shrinks a container and, with it, its pod's cgroup
+// below the pod's usage: container first, then the pod, both reclaimed.
+func TestShrinkPodLevel(t *testing.T) {
+	e := setup(t, admission.Capacity{MilliCPU: 4000, Memory: 1 << 30})
+	pod := cgrouptest.Child(t, e.mnt, e.base, "pod")
+	a := cgrouptest.Child(t, e.mnt, pod, "a")
+	b := cgrouptest.Child(t, e.mnt, pod, "b")
+	mustState(t, e.resize(t, "a", a, pod, res{"memory": "96Mi"}, res{"memory": "96Mi"}), intent.Completed)
+	mustState(t, e.resize(t, "b", b, pod, res{"memory": "32Mi"}, res{"memory": "32Mi"}), intent.Completed)
+	if got := cgrouptest.ReadFile(t, e.mnt, pod, "memory.max"); got != "134217728" {
+		t.Fatalf("pod memory.max = %s, want 128Mi", got)
+	}
+	cmd := helper("RA_HELPER=dentries", "RA_MB=64", "RA_DIR="+filepath.Join(e.mnt, a))
+	startAndWait(t, e.mnt, a, cmd)
+	t.Logf("before: container %s; pod %s", memFigures(t, e.mnt, a), memFigures(t, e.mnt, pod))
+	it := e.resize(t, "a", a, pod, res{"memory": "16Mi"}, res{"memory": "16Mi"})
+	t.Logf("after: container %s; pod %s", memFigures(t, e.mnt, a), memFigures(t, e.mnt, pod))
+	mustState(t, it, intent.Completed)
+	for path, want := range map[string]string{a: "16777216", pod: "50331648"} {
+		if got := cgrouptest.ReadFile(t, e.mnt, path, "memory.max"); got != want {
+			t.Errorf("%s memory.max = %s, want %s", path, got, want)
+		}
+		if got := cgrouptest.ReadFile(t, e.mnt, path, "memory.high"); got != "max" {
+			t.Errorf("%s memory.high = %s, want max", path, got)
+		}
+	}
+	alive(t, e.mnt, a, cmd)
+}
