@@ -252,9 +252,9 @@ func (r *shrinkReport) success() string {
 
 func (r *shrinkReport) failure() string {
 	return fmt.Sprintf("memory limit %s is below the current usage %s of %s and the kernel could not reclaim enough: %v; "+
-		"memory.current %s -> %s (reclaimed %s in %s; anon %s, file %s, reclaimable slab %s, swap %s)%s; memory.max left at %s",
+		"memory.current %s -> %s (reclaimed %s in %s; anon %s, file %s of which shmem %s, reclaimable slab %s, swap %s)%s; memory.max left at %s",
 		intent.FormatMemory(r.target), mib(r.before.Current), r.path, r.err, mib(r.before.Current), mib(r.after.Current),
-		mib(r.reclaimed()), round(r.took), mib(r.after.Anon), mib(r.after.File), mib(r.after.SlabReclaimable), mib(r.after.Swap),
+		mib(r.reclaimed()), round(r.took), mib(r.after.Anon), mib(r.after.File), mib(r.after.Shmem), mib(r.after.SlabReclaimable), mib(r.after.Swap),
 		r.stall(), maxText(r.before.Max))
 }
 

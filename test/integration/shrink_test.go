@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/intent"
@@ -175,4 +178,58 @@ func TestShrinkPodLevel(t *testing.T) {
 		}
 	}
 	alive(t, e.mnt, a, cmd)
+}
+
+// TestCRIShrinkReclaimable is TestShrinkReclaimable for a containerd
+// container: the agent brings usage down with memory.high and
+// memory.reclaim, and memory.max is then set through CRI
+// UpdateContainerResources, so containerd's record says 32Mi too.
+func TestCRIShrinkReclaimable(t *testing.T) {
+	e := setupCRI(t, admission.Capacity{MilliCPU: 4000, Memory: 2 << 30})
+	p := e.runPod(t)
+	// Negative dentries, as in TestShrinkReclaimable, from busybox ash,
+	// whose "[" is a builtin: a stat per lookup, no fork.
+	fill := `i=0; while [ $i -lt 130000 ]; do [ -e /sys/fs/cgroup/` + strings.Repeat("n", 200) + `$i ]; i=$((i+1)); done; echo > /tmp/ready; exec sleep 3600`
+	ct := e.runContainer(t, p, "cache", &runtimeapi.LinuxContainerResources{CpuPeriod: 100000, CpuShares: 102, MemoryLimitInBytes: 128 << 20},
+		"/bin/busybox", "sh", "-c", fill)
+	cg := e.cgroupOf(t, ct)
+	mustState(t, e.resize(t, p, "cache", res{"memory": "128Mi"}, res{"memory": "128Mi"}, nil), intent.Completed)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if code, _ := e.exec(t, ct.ID, "/bin/busybox", "test", "-e", "/tmp/ready"); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the container did not fill its memory: %s", memFigures(t, e.mnt, cg))
+		}
+		time.Sleep(time.Second)
+	}
+	ct, err := e.cri.Get(context.Background(), ct.ID) // after exec, same process
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("before: %s", memFigures(t, e.mnt, cg))
+	start := time.Now()
+	it := e.resize(t, p, "cache", res{"memory": "32Mi"}, res{"memory": "32Mi"}, nil)
+	t.Logf("after %s: %s", time.Since(start).Round(time.Millisecond), memFigures(t, e.mnt, cg))
+	mustState(t, it, intent.Completed)
+	if it.Status.Via != "runtime" {
+		t.Errorf("via %q, want the runtime to set memory.max", it.Status.Via)
+	}
+	if !strings.Contains(it.Status.Message, "reclaimed") {
+		t.Errorf("message %q does not say what was reclaimed", it.Status.Message)
+	}
+	if got := cgrouptest.ReadFile(t, e.mnt, cg, "memory.max"); got != "33554432" {
+		t.Errorf("memory.max = %s, want 32Mi", got)
+	}
+	if got := cgrouptest.ReadFile(t, e.mnt, cg, "memory.high"); got != "max" {
+		t.Errorf("memory.high = %s, want it restored to max", got)
+	}
+	if st, _ := e.cri.Get(context.Background(), ct.ID); st.Resources.MemoryLimit != 32<<20 {
+		t.Errorf("containerd's record: memory limit %d, want 32Mi", st.Resources.MemoryLimit)
+	}
+	if ev := cgrouptest.ReadFile(t, e.mnt, cg, "memory.events"); !strings.Contains(ev, "oom_kill 0") {
+		t.Errorf("memory.events: %s", ev)
+	}
+	e.sameContainer(t, ct)
 }
