@@ -147,6 +147,7 @@ type probe struct {
 	st       cgroup.State      // read without the lock
 	files    []DriftFile
 	readErr  error
+	podSt    *cgroup.State
 	podFiles []DriftFile
 }
 
@@ -211,6 +212,7 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 		p.files = differ(p.path, p.st, p.want, pageSize)
 		if p.pod != "" {
 			if ps, err := a.cg.Read(p.pod); err == nil {
+				p.podSt = &ps
 				p.podFiles = differ(p.pod, ps, p.podWant, pageSize)
 			}
 		}
@@ -259,19 +261,30 @@ func (a *Agent) probesLocked() []*probe {
 		}
 		p := &probe{c: c, path: c.cgroup, want: c.res.Cgroup(a.period, c.cpu, c.mem), last: map[string]string{c.key: c.last}}
 		if members := pods[c.pod]; c.pod != "" && speaker(members) == c && !slices.ContainsFunc(members, func(o *container) bool { return !idle(o) }) {
-			var all []intent.Resources
-			pcpu, pmem := false, false
 			for _, o := range members {
-				all = append(all, o.res)
-				pcpu, pmem = pcpu || o.cpu, pmem || o.mem
 				p.last[o.key] = o.last
 			}
-			p.pod, p.podWant = c.pod, podResources(all).Cgroup(a.period, pcpu, pmem)
+			p.pod, p.podWant = c.pod, a.podWantLocked(c)
 		}
 		out = append(out, p)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].c.key < out[j].c.key })
 	return out
+}
+
+// podWantLocked is what the agent writes to c's pod cgroup, as apply
+// computes it: from all its members' resources, for the resources any of
+// them declares.
+func (a *Agent) podWantLocked(c *container) cgroup.Resources {
+	var all []intent.Resources
+	pcpu, pmem := false, false
+	for _, o := range a.containers {
+		if o.pod == c.pod {
+			all = append(all, o.res)
+			pcpu, pmem = pcpu || o.cpu, pmem || o.mem
+		}
+	}
+	return podResources(all).Cgroup(a.period, pcpu, pmem)
 }
 
 func idle(c *container) bool { return !c.running && c.pending == nil }
@@ -378,16 +391,21 @@ func (a *Agent) actLocked(p *probe) {
 	case DriftReport:
 		a.driftNoteLocked(c, d, files, DriftActionReport, "")
 	case DriftAdopt:
-		if len(p.files) > 0 && a.adoptLocked(c, d, p) {
+		if len(p.files) > 0 {
+			if !a.adoptLocked(c, d, p) {
+				return // the refusal is what to report
+			}
+			if p.podSt != nil {
+				// The pod's values follow from the adopted ones now.
+				p.podFiles = differ(p.pod, *p.podSt, a.podWantLocked(c), a.cg.PageSize())
+			}
 			if len(p.podFiles) == 0 {
 				d.info, d.sig = nil, "" // the files hold the container's values now
 				return
 			}
 			info.Files, d.sig = p.podFiles, signature(p.podFiles)
 		}
-		if len(p.podFiles) > 0 {
-			a.driftNoteLocked(c, d, p.podFiles, DriftActionReport, "the pod-level values follow from its containers' and are not adopted")
-		}
+		a.driftNoteLocked(c, d, p.podFiles, DriftActionReport, "the pod-level values follow from its containers' and are not adopted")
 	default:
 		a.restoreLocked(c, d, files, now)
 	}

@@ -527,3 +527,30 @@ func TestParseDriftPolicy(t *testing.T) {
 		t.Error("fix accepted")
 	}
 }
+
+// Under adopt, a container's new limit is adopted; its pod cgroup, whose
+// values follow from the containers', is then expected at the new sum, and
+// a pod value that differs from it is only reported.
+func TestDriftAdoptInPod(t *testing.T) {
+	f := newDriftFixture(t, bigNode, []agent.Option{agent.WithDriftPolicy(agent.DriftAdopt)}, "/pod", "/pod/a")
+	s := spec("a", "/pod/a", map[string]string{"cpu": "500m"}, map[string]string{"cpu": "1"})
+	s.Target.PodCgroupPath = "/pod"
+	submit(t, f.a, s)
+	// Another writer resizes container and pod, the pod first (as the kubelet does).
+	cgrouptest.SetFile(t, f.root, "/pod", "cpu.max", "200000 100000")
+	cgrouptest.SetFile(t, f.root, "/pod/a", "cpu.max", "200000 100000")
+	f.check(t)
+	if c := f.container(t, "a"); c.Resources.CPULimit != 2000 || c.Drift != nil {
+		t.Fatalf("after adopt: %+v drift %+v", c.Resources, c.Drift)
+	}
+	// Only the pod: reported, not adopted, not written.
+	cgrouptest.SetFile(t, f.root, "/pod", "cpu.max", "max 100000")
+	f.check(t)
+	d := f.container(t, "a").Drift
+	if d == nil || d.Action != agent.DriftActionReport || len(d.Files) != 1 || d.Files[0].Cgroup != "/pod" || d.Files[0].Expected != "200000 100000" {
+		t.Fatalf("pod drift: %+v", d)
+	}
+	if got := cgrouptest.ReadFile(t, f.root, "/pod", "cpu.max"); got != "max 100000" {
+		t.Errorf("pod cpu.max written: %q", got)
+	}
+}
