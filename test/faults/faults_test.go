@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestContainerdGoesAwayAndComesBack(t *testing.T) {
 
 	first := e.settled(t, e.submit(t, podSpec(p, "app", res{"cpu": "100m"}, res{"cpu": "500m"})).ID)
 	expect(t, first, intent.Completed, intent.ReasonApplied)
-	cgPath, _ := e.managed(t, "app")
+	app, _ := e.managed(t, "app")
 
 	// In flight: containerd dies between admission and the runtime update.
 	killed := make(chan struct{})
@@ -42,8 +43,11 @@ func TestContainerdGoesAwayAndComesBack(t *testing.T) {
 	mid := e.settled(t, e.submit(t, podSpec(p, "app", res{"cpu": "100m"}, res{"cpu": "700m"})).ID)
 	<-killed
 	e.rt.setBefore(nil)
+	if t.Failed() {
+		t.FailNow()
+	}
 	expect(t, mid, intent.Failed, intent.ReasonRuntimeUnavailable, "unavailable")
-	if got := cgrouptest.ReadFile(t, e.mnt, cgPath.CgroupPath, "cpu.max"); got != "50000 100000" {
+	if got := cgrouptest.ReadFile(t, e.mnt, app.CgroupPath, "cpu.max"); got != "50000 100000" {
 		t.Errorf("after the failed intent cpu.max = %q, want the last completed 50000 100000", got)
 	}
 	e.healthy(t)
@@ -103,11 +107,27 @@ func TestContainerdGoesAwayAndComesBack(t *testing.T) {
 	if now.Resources.CPUQuota != 90000 {
 		t.Errorf("containerd's record: cpu quota %d, want 90000", now.Resources.CPUQuota)
 	}
-	if got := cgrouptest.ReadFile(t, e.mnt, cgPath.CgroupPath, "cpu.max"); got != "90000 100000" {
+	if got := cgrouptest.ReadFile(t, e.mnt, app.CgroupPath, "cpu.max"); got != "90000 100000" {
 		t.Errorf("cpu.max = %q", got)
 	}
 	e.healthy(t)
 }
+
+// gate holds a hooked write until opened; it opens when the test ends, so
+// that a failed test does not leave the agent's worker waiting.
+type gateT struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func gate(t *testing.T) *gateT {
+	g := &gateT{ch: make(chan struct{})}
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *gateT) open() { g.once.Do(func() { close(g.ch) }) }
+func (g *gateT) wait() { <-g.ch }
 
 func onceHook(f func()) func(string) {
 	o := once(f)
@@ -130,8 +150,8 @@ func TestContainerExitsMidResize(t *testing.T) {
 		t.Fatalf("allocated %+v", info.Allocated)
 	}
 
-	inFlight, release := make(chan struct{}), make(chan struct{})
-	e.rt.setBefore(onceHook(func() { close(inFlight); <-release }))
+	inFlight, release := make(chan struct{}), gate(t)
+	e.rt.setBefore(onceHook(func() { close(inFlight); release.wait() }))
 	running := e.submit(t, podSpec(p, "app", res{"cpu": "300m"}, res{"cpu": "600m"}))
 	<-inFlight
 	e.rt.setBefore(nil)
@@ -144,7 +164,7 @@ func TestContainerExitsMidResize(t *testing.T) {
 	gone := waitGone(t, e.mnt, info.CgroupPath, 30*time.Second)
 	st, err := e.rt.cc.Get(ctx(t, 10*time.Second), ct.ID)
 	t.Logf("container killed; state %s (err %v); cgroup gone after %v", st.State, err, gone)
-	close(release)
+	release.open()
 
 	expect(t, e.settled(t, running.ID), intent.Failed, intent.ReasonContainerGone)
 	expect(t, e.settled(t, queued.ID), intent.Superseded, intent.ReasonSuperseded)
@@ -216,8 +236,8 @@ func TestCgroupRemovedUnderTheAgent(t *testing.T) {
 
 	// In flight: the cgroup goes while the agent is about to write it.
 	expect(t, e.settled(t, e.submit(t, bareSpec("w", w, res{"cpu": "100m"}, nil)).ID), intent.Completed, intent.ReasonApplied)
-	inFlight, release := make(chan struct{}), make(chan struct{})
-	hold := once(func() { close(inFlight); <-release })
+	inFlight, release := make(chan struct{}), gate(t)
+	hold := once(func() { close(inFlight); release.wait() })
 	e.cg.setBefore(func(p string, _ cgroup.Resources) {
 		if p == w {
 			hold()
@@ -227,7 +247,7 @@ func TestCgroupRemovedUnderTheAgent(t *testing.T) {
 	<-inFlight
 	queued := e.submit(t, bareSpec("w", w, res{"cpu": "200m"}, nil))
 	e.removeCgroup(t, w, wcmd)
-	close(release)
+	release.open()
 	expect(t, e.settled(t, running.ID), intent.Failed, intent.ReasonContainerGone)
 	expect(t, e.settled(t, queued.ID), intent.Failed, intent.ReasonContainerGone)
 	e.srv.Agent.Resync()
