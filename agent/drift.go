@@ -503,15 +503,13 @@ func (a *Agent) restoreLocked(c *container, d *driftState, files []DriftFile, no
 	d.info.Intent = r.ID
 	d.info.Restores++
 	a.driftNoteLocked(c, d, files, DriftActionRestore, "restoring through intent "+r.ID+prev)
-	c.pending = r
-	a.kickLocked(c)
-	a.evictLocked()
 }
 
 // driftIntentLocked accepts an intent that gives c again the resources it
-// holds, for the declared resources only. It bypasses Submit, which would
-// supersede an intent queued meanwhile; the caller holds the lock and has
-// checked that c is idle.
+// holds, for the declared resources only, and starts it. It bypasses
+// Submit, which would supersede an intent queued meanwhile; the caller holds
+// the lock and has checked that c is idle. It is not journaled before it
+// runs: after a crash the next check finds the drift again.
 func (a *Agent) driftIntentLocked(c *container) (*record, error) {
 	spec := declaredSpec(c)
 	spec, change, err := intent.Validate(spec)
@@ -523,11 +521,8 @@ func (a *Agent) driftIntentLocked(c *container) (*record, error) {
 	r := &record{Intent: intent.Intent{ID: spec.ID, Spec: spec, Status: intent.Status{
 		State: intent.Proposed, AcceptedAt: now, UpdatedAt: now,
 		Message: "made by the agent to restore drifted cgroup values",
-	}}, change: change, seq: a.seq}
-	a.intents[r.ID] = r
-	a.order = append(a.order, r.ID)
-	a.gauge(1)
-	a.hub.publish(Event{"ADDED", r.Intent})
+	}}, change: change, seq: a.seq, key: c.key}
+	a.acceptLocked(c, r)
 	return r, nil
 }
 
@@ -587,11 +582,12 @@ func (a *Agent) adoptLocked(c *container, d *driftState, p *probe) bool {
 	r := &record{Intent: intent.Intent{ID: spec.ID, Spec: spec, Status: intent.Status{
 		State: intent.Completed, Reason: ReasonDriftAdopted, Message: msg,
 		AcceptedAt: now, UpdatedAt: now, CompletedAt: &now,
-	}}, change: change, seq: a.seq}
+	}}, change: change, seq: a.seq, key: c.key}
 	a.intents[r.ID] = r
 	a.order = append(a.order, r.ID)
 	a.hub.publish(Event{"ADDED", r.Intent})
 	c.last, d.seen, d.intent = r.ID, r.ID, r.ID
+	a.journalLocked(r) // with c.res: the adopted values survive a restart
 	d.info.Intent = r.ID
 	a.driftNoteLocked(c, d, p.files, DriftActionAdopt, msg)
 	a.evictLocked()
