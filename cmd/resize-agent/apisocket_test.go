@@ -98,7 +98,7 @@ func TestAPISocketPeers(t *testing.T) {
 		t.Helper()
 		o := DefaultOptions()
 		o.CgroupRoot, o.skipFSCheck = cgrouptest.FakeTree(t), true
-		o.Socket, o.MetricsAddress = filepath.Join(dir, name), ""
+		o.Socket, o.MetricsAddress, o.StateDir = filepath.Join(dir, name), "", ""
 		o.CPUAllocatable, o.MemoryAllocatable = "1", "1Gi"
 		o.APIGroup = group
 		ctx, cancel := context.WithCancel(context.Background())
