@@ -554,3 +554,31 @@ func TestDriftAdoptInPod(t *testing.T) {
 		t.Errorf("pod cpu.max written: %q", got)
 	}
 }
+
+// An adoption is journaled with the adopted resources: after a restart the
+// agent expects the adopted values and finds no drift.
+func TestDriftAdoptSurvivesRestart(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/a", "/b")
+	dir := t.TempDir()
+	a1, _, _ := journaled(t, root, dir, big, agent.WithDriftPolicy(agent.DriftAdopt))
+	submit(t, a1, spec("a", "/a", map[string]string{"cpu": "500m"}, map[string]string{"cpu": "1"}))
+	cgrouptest.SetFile(t, root, "/a", "cpu.max", "200000 100000")
+	checkAll(t, a1)
+	// The acceptance of a later intent is on disk, so the adoption before it is too.
+	submit(t, a1, spec("b", "/b", map[string]string{"cpu": "100m"}, nil))
+
+	a2, _, _ := journaled(t, root, crash(t, dir), big, agent.WithDriftPolicy(agent.DriftAdopt))
+	recoverAgent(t, a2)
+	var got intent.Resources
+	for _, c := range a2.Containers() {
+		if c.Name == "a" {
+			got = c.Resources
+		}
+	}
+	if got.CPULimit != 2000 || got.CPURequest != 500 {
+		t.Fatalf("after restart: %+v", got)
+	}
+	if r := checkAll(t, a2); r.Drifted != 0 {
+		t.Errorf("drift after restart: %+v", r)
+	}
+}
