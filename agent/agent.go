@@ -66,6 +66,11 @@ func WithPressure(src ...pressure.Source) Option { return func(a *Agent) { a.pre
 // WithHistory sets how many terminal intents are kept for get and list.
 func WithHistory(n int) Option { return func(a *Agent) { a.history = n } }
 
+// WithExitWatcher makes the agent learn from w the moment a managed
+// container's cgroup empties, and free what it held at once (see exits.go).
+// *cgroup.Watcher implements it; call Run to handle its events.
+func WithExitWatcher(w ExitWatcher) Option { return func(a *Agent) { a.exits = w } }
+
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(a *Agent) { a.now = now } }
 
@@ -74,6 +79,7 @@ type Agent struct {
 	cg       Cgroups
 	rt       Runtime
 	pressure []pressure.Source
+	exits    ExitWatcher
 	drift    drifts  // drift.go
 	journal  Journal // recover.go; nil: intents are not durable
 	ledger   *admission.Ledger
@@ -109,6 +115,10 @@ type record struct {
 	key       string
 	ticket    journal.Ticket
 	recovered bool
+	// deferredAt is when the intent was first Deferred, which orders the
+	// retries like the PodResizePending condition's transition time.
+	deferredAt time.Time
+	started    time.Time // when admitted, for the admission phase
 }
 
 // container is one container the agent manages, keyed by its cgroup path
@@ -130,6 +140,17 @@ type container struct {
 	// newest is the newest intent accepted, which a late older one must
 	// not supersede (recover.go).
 	newest *record
+	// admitted is an intent admitted by retryDeferredLocked, with its
+	// reservation made, for the worker to apply.
+	admitted *admittedIntent
+	// exited is the cgroup reported emptied while the worker ran.
+	exited string
+}
+
+// admittedIntent is an admitted intent and what it will apply.
+type admittedIntent struct {
+	r    *record
+	want intent.Resources
 }
 
 // New returns an Agent that writes through cg and admits against ledger.
@@ -223,6 +244,7 @@ func newID() string {
 // resolved is where a target is: its key, cgroup and runtime container.
 type resolved struct {
 	key, cgroup string
+	pod         string // the kubelet's pod cgroup of a runtime container, if any
 	ctr         *cri.Container
 }
 
@@ -260,13 +282,19 @@ func (a *Agent) resolve(t intent.Target) (resolved, error) {
 	if ct.PodUID != "" {
 		key = "pod:" + ct.PodUID + "/" + ct.Name
 	}
-	return resolved{key: key, cgroup: p, ctr: &ct}, nil
+	return resolved{key: key, cgroup: p, pod: podCgroupOf(p, ct.PodUID), ctr: &ct}, nil
 }
 
 // containerLocked finds or, on first sight, registers the target. A new
 // container's limits are inferred from its cgroup; it holds nothing on the
 // ledger until an intent declares its requests.
 func (a *Agent) containerLocked(t intent.Target, res resolved) (*container, error) {
+	if t.PodCgroupPath == "" && res.pod != "" {
+		// The kubelet's pod cgroup, kept in step unless it cannot be read.
+		if _, err := a.cg.Read(res.pod); err == nil {
+			t.PodCgroupPath = res.pod
+		}
+	}
 	if c, ok := a.containers[res.key]; ok {
 		if c.name != t.Name && !t.Runtime() {
 			return nil, fmt.Errorf("%w: cgroup %s is managed as container %q, not %q", ErrConflict, res.cgroup, c.name, t.Name)
@@ -276,7 +304,9 @@ func (a *Agent) containerLocked(t intent.Target, res resolved) (*container, erro
 		}
 		if res.ctr != nil && c.runtimeID != res.ctr.ID && !c.running {
 			// Restarted behind the agent's back: follow the new one.
+			old := c.cgroup
 			c.runtimeID, c.cgroup = res.ctr.ID, res.cgroup
+			a.watchLocked(c, old)
 		}
 		return c, nil
 	}
@@ -311,6 +341,7 @@ func (a *Agent) containerLocked(t intent.Target, res resolved) (*container, erro
 		}
 	}
 	a.containers[c.key] = c
+	a.watchLocked(c, "")
 	a.ledger.Set(c.key, requests(c.res))
 	a.log.Info("container registered", "container", c.name, "cgroup", c.cgroup, "runtimeID", c.runtimeID, "inferred", c.res.String())
 	return c, nil
@@ -383,12 +414,20 @@ func (a *Agent) podQOSLocked(c *container, res intent.Resources) corev1.PodQOSCl
 }
 
 // podMembersLocked returns the resources of c's pod's containers, with want
-// in place of c's.
-func (a *Agent) podMembersLocked(c *container, want intent.Resources) []intent.Resources {
+// in place of c's, and those of the pod's running containers the agent does
+// not manage (listed by the runtime).
+func (a *Agent) podMembersLocked(c *container, want intent.Resources, others []cri.Container) []intent.Resources {
 	all := []intent.Resources{want}
+	managed := map[string]bool{c.runtimeID: true}
 	for _, o := range a.containers {
 		if o != c && o.pod == c.pod {
 			all = append(all, o.res)
+			managed[o.runtimeID] = true
+		}
+	}
+	for _, o := range others {
+		if !managed[o.ID] && o.PodUID == c.podUID {
+			all = append(all, fromRuntime(o.Resources))
 		}
 	}
 	return all
@@ -409,6 +448,14 @@ func (a *Agent) work(c *container) {
 	defer a.workers.Done()
 	for {
 		a.mu.Lock()
+		if ad := c.admitted; ad != nil {
+			// Admitted and reserved already: apply even when closing, as a
+			// write in flight.
+			c.admitted = nil
+			a.mu.Unlock()
+			a.apply(c, ad.r, ad.want)
+			continue
+		}
 		r := c.pending
 		if r == nil || a.closing || (r.Status.State == intent.Deferred && !r.retry) {
 			c.running = false
@@ -439,15 +486,21 @@ func (a *Agent) admitLocked(c *container, r *record) (intent.Resources, bool) {
 		return want, false
 	case admission.Deferred:
 		first := r.Status.State != intent.Deferred
-		a.setLocked(r, intent.Deferred, intent.ReasonDeferred, d.Message)
-		if first && a.metrics != nil {
-			a.metrics.Resizes.WithLabelValues("deferred").Inc()
+		if first || r.Status.Message != d.Message {
+			a.setLocked(r, intent.Deferred, intent.ReasonDeferred, d.Message)
+		}
+		if first {
+			r.deferredAt = a.now()
 			a.log.Info("intent deferred", "intent", r.ID, "container", c.name, "message", d.Message)
+			if a.metrics != nil {
+				a.metrics.Resizes.WithLabelValues("deferred").Inc()
+			}
 		}
 		return want, false
 	}
 	c.pending = nil
 	r.Status.Attempts++
+	r.started = a.now()
 	a.setLocked(r, intent.InProgress, "", "")
 	return want, true
 }
@@ -462,6 +515,14 @@ func reasonOf(err error) string {
 // apply writes want to c's cgroups and finishes r. It runs without the lock;
 // c's worker is the only one touching c's cgroups.
 func (a *Agent) apply(c *container, r *record, want intent.Resources) {
+	a.mu.Lock()
+	pod, podUID := c.pod, c.podUID
+	a.mu.Unlock()
+	var others []cri.Container
+	if pod != "" {
+		others = a.unmanagedMembers(podUID)
+	}
+
 	a.mu.Lock()
 	old := c.res
 	job := applyJob{
@@ -478,11 +539,12 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 				pcpu, pmem = pcpu || o.cpu, pmem || o.mem
 			}
 		}
-		job.pod = &level{path: c.pod, want: podResources(a.podMembersLocked(c, want)).Cgroup(a.period, pcpu, pmem)}
+		job.pod = &level{path: c.pod, want: podResources(a.podMembersLocked(c, want, others)).Cgroup(a.period, pcpu, pmem)}
 	}
 	a.mu.Unlock()
 
 	out := a.write(&job)
+	a.observePhases(r, &job, out.state)
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -495,7 +557,9 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 	}
 	if out.newCtr != nil {
 		// Restarted, whatever else happened: follow the new container.
+		old := c.cgroup
 		c.runtimeID, c.cgroup = out.newCtr.ID, out.newCgroup
+		a.watchLocked(c, old)
 		r.Status.Restarted, r.Status.ContainerID = true, out.newCtr.ID
 		r.Status.Via = "restart"
 	}
@@ -506,6 +570,9 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 	reserved := requests(want)
 	if now.MilliCPU < max(reserved.MilliCPU, requests(old).MilliCPU) || now.Memory < max(reserved.Memory, requests(old).Memory) {
 		a.retryDeferredLocked()
+	}
+	if c.exited != "" && c.exited == c.cgroup && c.pending == nil && c.admitted == nil {
+		a.exitedLocked(c)
 	}
 }
 
@@ -519,6 +586,30 @@ type applyJob struct {
 	shrunk    bool // shrink.go reclaimed before this write
 	ctr       level
 	pod       *level
+	took      phaseTimes
+}
+
+// phaseTimes is the time one apply spent in each phase after admission.
+type phaseTimes struct{ reclaim, runtime, verify time.Duration }
+
+// observePhases records the phases of an applied intent.
+func (a *Agent) observePhases(r *record, j *applyJob, s intent.State) {
+	if a.metrics == nil {
+		return
+	}
+	outcome := strings.ToLower(string(s))
+	h := a.metrics.ResizePhase
+	h.WithLabelValues("admission", outcome).Observe(r.started.Sub(r.Status.AcceptedAt).Seconds())
+	h.WithLabelValues("reclaim", outcome).Observe(j.took.reclaim.Seconds())
+	h.WithLabelValues("runtime", outcome).Observe(j.took.runtime.Seconds())
+	h.WithLabelValues("verify", outcome).Observe(j.took.verify.Seconds())
+}
+
+// timed runs f and adds its duration to *d.
+func timed(d *time.Duration, f func()) {
+	t := time.Now()
+	f()
+	*d += time.Since(t)
 }
 
 type applyResult struct {
@@ -541,17 +632,22 @@ const runtimeTimeout = 30 * time.Second
 // write does the cgroup and runtime part of apply and says how it ended.
 func (a *Agent) write(j *applyJob) applyResult {
 	var err error
-	if j.ctr.cur, err = a.cg.Read(j.ctr.path); err != nil {
-		return a.readFailed(j.ctr.path, err)
-	}
-	if j.pod != nil {
-		if j.pod.cur, err = a.cg.Read(j.pod.path); err != nil {
-			return a.readFailed(j.pod.path, err)
+	failedPath := j.ctr.path
+	timed(&j.took.verify, func() {
+		if j.ctr.cur, err = a.cg.Read(j.ctr.path); err == nil && j.pod != nil {
+			failedPath = j.pod.path
+			j.pod.cur, err = a.cg.Read(j.pod.path)
 		}
+	})
+	if err != nil {
+		return a.readFailed(failedPath, err)
 	}
 	// A decrease below usage: shrink.go brings usage down first, or refuses.
-	if out, stop := a.memoryBelowUsage(j); stop {
-		return out
+	var refused applyResult
+	var stop bool
+	timed(&j.took.reclaim, func() { refused, stop = a.memoryBelowUsage(j) })
+	if stop {
+		return refused
 	}
 	steps := plan(j.ctr, j.pod, a.cg.PageSize())
 	if j.restart {
@@ -606,13 +702,15 @@ func (a *Agent) write(j *applyJob) applyResult {
 // hold, the files are written directly and the note says so.
 func (a *Agent) writeStep(j *applyJob, s step) (how, note string, err error) {
 	if !s.container || j.runtimeID == "" {
-		err := a.cg.Write(s.path, s.resource)
+		timed(&j.took.verify, func() { err = a.cg.Write(s.path, s.resource) })
 		a.countWrite(s.resource, err)
 		return "cgroup", "", err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), runtimeTimeout)
 	defer cancel()
-	err = a.rt.Update(ctx, j.runtimeID, criResources(j.want, s.group == "cpu", s.group == "memory", a.period))
+	timed(&j.took.runtime, func() {
+		err = a.rt.Update(ctx, j.runtimeID, criResources(j.want, s.group == "cpu", s.group == "memory", a.period))
+	})
 	a.countRuntime(err)
 	switch {
 	case errors.Is(err, cri.ErrNotFound):
@@ -624,7 +722,9 @@ func (a *Agent) writeStep(j *applyJob, s step) (how, note string, err error) {
 	case err != nil:
 		note = fmt.Sprintf("the runtime refused the %s update (%v), so the agent wrote the cgroup itself", s.group, err)
 	default:
-		st, rerr := a.cg.Read(s.path)
+		var st cgroup.State
+		var rerr error
+		timed(&j.took.verify, func() { st, rerr = a.cg.Read(s.path) })
 		if rerr != nil {
 			return "runtime", "", rerr
 		}
@@ -634,7 +734,7 @@ func (a *Agent) writeStep(j *applyJob, s step) (how, note string, err error) {
 		note = fmt.Sprintf("after the runtime's %s update the cgroup held cpu.max=%q cpu.weight=%d memory.max=%d, so the agent wrote the cgroup itself",
 			s.group, st.CPUMax, st.CPUWeight, st.MemoryMax)
 	}
-	err = a.cg.Write(s.path, s.resource)
+	timed(&j.took.verify, func() { err = a.cg.Write(s.path, s.resource) })
 	a.countWrite(s.resource, err)
 	return "runtime+cgroup", note, err
 }
@@ -663,7 +763,11 @@ func (a *Agent) restart(j *applyJob, steps []step) applyResult {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), runtimeTimeout+10*time.Second)
 	defer cancel()
-	ct, err := a.rt.Restart(ctx, j.runtimeID, criResources(j.want, j.cpu, j.mem, a.period), 10*time.Second)
+	var ct cri.Container
+	var err error
+	timed(&j.took.runtime, func() {
+		ct, err = a.rt.Restart(ctx, j.runtimeID, criResources(j.want, j.cpu, j.mem, a.period), 10*time.Second)
+	})
 	a.countRuntime(err)
 	if err != nil {
 		a.rollback(j, before)
@@ -817,22 +921,6 @@ func (a *Agent) finishLocked(c *container, r *record, s intent.State, reason, ms
 func (a *Agent) gauge(delta float64) {
 	if a.metrics != nil {
 		a.metrics.InFlight.Add(delta)
-	}
-}
-
-// retryDeferredLocked gives every Deferred intent another try, oldest
-// first; the ledger decides, so an older intent that fits goes first.
-func (a *Agent) retryDeferredLocked() {
-	var ready []*container
-	for _, c := range a.containers {
-		if c.pending != nil && c.pending.Status.State == intent.Deferred {
-			ready = append(ready, c)
-		}
-	}
-	sort.Slice(ready, func(i, j int) bool { return ready[i].pending.seq < ready[j].pending.seq })
-	for _, c := range ready {
-		c.pending.retry = true
-		a.kickLocked(c)
 	}
 }
 
@@ -1015,6 +1103,13 @@ func (a *Agent) forgetLocked(c *container, why string) {
 	if r := c.pending; r != nil {
 		a.finishLocked(c, r, intent.Failed, intent.ReasonContainerGone, why)
 	}
+	if ad := c.admitted; ad != nil {
+		c.admitted = nil
+		a.finishLocked(c, ad.r, intent.Failed, intent.ReasonContainerGone, why)
+	}
+	if a.exits != nil {
+		a.exits.Unwatch(c.cgroup)
+	}
 	delete(a.containers, c.key)
 	a.ledger.Release(c.key)
 	a.log.Info("container forgotten", "container", c.name, "cgroup", c.cgroup, "why", why)
@@ -1045,16 +1140,27 @@ func (a *Agent) Resync() {
 	}
 }
 
-// Run resyncs every interval until ctx ends.
+// Run resyncs every interval, and handles the exits the ExitWatcher
+// reports as they come, until ctx ends.
 func (a *Agent) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var exits <-chan cgroup.Event
+	if a.exits != nil {
+		exits = a.exits.Events()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			a.Resync()
+		case e, ok := <-exits:
+			if !ok {
+				exits = nil
+				continue
+			}
+			a.handleExit(ctx, e)
 		}
 	}
 }

@@ -65,7 +65,7 @@ type fixture struct {
 	l    *admission.Ledger
 }
 
-func newFixture(t *testing.T, alloc admission.Capacity, paths ...string) *fixture {
+func newFixture(t testing.TB, alloc admission.Capacity, paths ...string) *fixture {
 	t.Helper()
 	root := cgrouptest.FakeTree(t, paths...)
 	cg := &recorder{Manager: cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())}
@@ -120,7 +120,7 @@ func submit(t *testing.T, a *agent.Agent, s intent.Spec) intent.Intent {
 	return settle(t, a, it.ID)
 }
 
-func want(t *testing.T, it intent.Intent, state intent.State, reason string) {
+func want(t testing.TB, it intent.Intent, state intent.State, reason string) {
 	t.Helper()
 	if it.Status.State != state || (reason != "" && it.Status.Reason != reason) {
 		t.Fatalf("intent %s: %s/%s %q, want %s/%s", it.ID, it.Status.State, it.Status.Reason, it.Status.Message, state, reason)

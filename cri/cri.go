@@ -185,6 +185,40 @@ func (c *Client) Find(ctx context.Context, podUID, name string) (Container, erro
 	return c.Get(ctx, best.Id)
 }
 
+// PodContainers returns the running containers of the pod with UID podUID
+// (the newest attempt of each name), with the resources the runtime reports
+// for them: what the pod-level cgroup is computed from.
+func (c *Client) PodContainers(ctx context.Context, podUID string) ([]Container, error) {
+	cctx, cancel := c.ctx(ctx)
+	defer cancel()
+	resp, err := c.rt.ListContainers(cctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{LabelPodUID: podUID},
+	}})
+	if err != nil {
+		return nil, wrap("CRI ListContainers", err)
+	}
+	newest := map[string]*runtimeapi.Container{}
+	for _, ct := range resp.Containers {
+		name := ct.GetMetadata().GetName()
+		if b := newest[name]; b == nil || ct.GetMetadata().GetAttempt() > b.GetMetadata().GetAttempt() {
+			newest[name] = ct
+		}
+	}
+	out := make([]Container, 0, len(newest))
+	for _, ct := range newest {
+		got, err := c.Get(ctx, ct.Id)
+		if errors.Is(err, ErrNotFound) {
+			continue // gone since the listing
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got)
+	}
+	return out, nil
+}
+
 // verboseInfo is the part of containerd's verbose ContainerStatus info the
 // agent reads.
 type verboseInfo struct {

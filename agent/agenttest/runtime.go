@@ -87,6 +87,19 @@ func (r *Runtime) Find(_ context.Context, podUID, name string) (cri.Container, e
 	return *best, nil
 }
 
+// PodContainers lists the pod's containers, as cri.Client does.
+func (r *Runtime) PodContainers(_ context.Context, podUID string) ([]cri.Container, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []cri.Container
+	for _, c := range r.ctrs {
+		if c.PodUID == podUID {
+			out = append(out, *c)
+		}
+	}
+	return out, nil
+}
+
 // Get implements agent.Runtime.
 func (r *Runtime) Get(_ context.Context, id string) (cri.Container, error) {
 	r.mu.Lock()

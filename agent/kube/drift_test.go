@@ -26,7 +26,7 @@ func TestDriftRestoreEvent(t *testing.T) {
 	})
 	eventually(t, "event", func() string {
 		if e := f.rec.find("a spec.containers{web} Warning CgroupDrift: container web: cgroup values changed behind the agent's back were restored"); e == "" {
-			return fmt.Sprint(f.rec.events)
+			return fmt.Sprint(f.rec.all())
 		}
 		return ""
 	})

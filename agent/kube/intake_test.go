@@ -47,6 +47,12 @@ func (r *recorder) AnnotatedEventf(obj runtime.Object, _ map[string]string, even
 	r.Event(obj, eventtype, reason, fmt.Sprintf(format, args...))
 }
 
+func (r *recorder) all() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.events...)
+}
+
 func (r *recorder) find(sub ...string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -214,7 +220,7 @@ func TestAnnotationResizeCompletesAndIsIdempotent(t *testing.T) {
 	f.waitConditions("a", none)
 	eventually(t, "event", func() string {
 		if e := f.rec.find("a spec.containers{web} Normal ResizeCompleted: container web:"); e == "" {
-			return fmt.Sprint(f.rec.events)
+			return fmt.Sprint(f.rec.all())
 		}
 		return ""
 	})
@@ -266,9 +272,12 @@ func TestInfeasibleAndDeferred(t *testing.T) {
 	if len(its) != 1 || got != "PodResizePending=Infeasible:"+its[0].Status.Message || !strings.Contains(got, "requested 64") {
 		t.Errorf("condition %q, intents %+v", got, its)
 	}
-	if e := f.rec.find("big", "Warning ResizeInfeasible", its[0].Status.Message); e == "" {
-		t.Errorf("no Warning event: %v", f.rec.events)
-	}
+	eventually(t, "event", func() string {
+		if f.rec.find("big", "Warning ResizeInfeasible", its[0].Status.Message) == "" {
+			return fmt.Sprintf("no Warning event: %v", f.rec.all())
+		}
+		return ""
+	})
 	if got := f.ra.File(t, cgroupOf(big.UID, "web"), "cpu.max"); got != "max 100000" {
 		t.Errorf("an infeasible resize wrote cpu.max %s", got)
 	}
@@ -291,9 +300,12 @@ func TestInfeasibleAndDeferred(t *testing.T) {
 	if !strings.Contains(got, "free 500m") {
 		t.Errorf("deferred message %q", got)
 	}
-	if e := f.rec.find("y", "Warning ResizeDeferred"); e == "" {
-		t.Errorf("no Deferred event: %v", f.rec.events)
-	}
+	eventually(t, "event", func() string {
+		if f.rec.find("y", "Warning ResizeDeferred") == "" {
+			return fmt.Sprintf("no Deferred event: %v", f.rec.all())
+		}
+		return ""
+	})
 	// x goes: its capacity frees and y's resize goes ahead.
 	if err := f.client.CoreV1().Pods("ns").Delete(context.Background(), "x", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -313,7 +325,7 @@ func TestRefusedAnnotationThenFixed(t *testing.T) {
 		return strings.HasPrefix(s, "PodResizeInProgress=Error:annotation "+AnnotationResources)
 	})
 	if e := f.rec.find("a", "Warning ResizeError", "annotation"); e == "" {
-		t.Errorf("no event for %q: %v", got, f.rec.events)
+		t.Errorf("no event for %q: %v", got, f.rec.all())
 	}
 	// The agent refuses a request above its limit.
 	f.annotate("a", `{"web": {"requests": {"cpu": "3"}}}`)
@@ -371,6 +383,6 @@ func TestSpecModeFollowsThePodSpec(t *testing.T) {
 	f.waitFile(p, "memory.max", fmt.Sprint(384<<20))
 	f.waitConditions("a", none)
 	if e := f.rec.find("a", "ResizeCompleted"); e == "" {
-		t.Errorf("events %v", f.rec.events)
+		t.Errorf("events %v", f.rec.all())
 	}
 }

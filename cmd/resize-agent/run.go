@@ -75,6 +75,13 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	}
 	defer closeSources()
 	agentOpts = append(agentOpts, agent.WithPressure(sources...))
+	// Exits free capacity for Deferred intents the moment they happen.
+	if w, err := cg.NewWatcher(); err != nil {
+		log.Warn("cannot watch cgroups for exits; capacity frees at the next resync instead", "err", err)
+	} else {
+		defer w.Close()
+		agentOpts = append(agentOpts, agent.WithExitWatcher(w))
+	}
 	if o.StateDir != "" {
 		j, err := journal.Open(o.StateDir)
 		if err != nil {

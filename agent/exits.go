@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cri"
+)
+
+// ExitWatcher reports when a watched cgroup empties or is removed;
+// *cgroup.Watcher implements it.
+type ExitWatcher interface {
+	Watch(path string) error
+	Unwatch(path string)
+	Events() <-chan cgroup.Event
+}
+
+// watchLocked starts watching c's cgroup for its exit, and stops watching
+// old (its previous cgroup, when it was restarted), if not "".
+func (a *Agent) watchLocked(c *container, old string) {
+	if a.exits == nil {
+		return
+	}
+	if old != "" && old != c.cgroup {
+		a.exits.Unwatch(old)
+	}
+	if err := a.exits.Watch(c.cgroup); err != nil {
+		// Resync still finds the cgroup gone, only later.
+		a.log.Warn("cannot watch container for its exit", "container", c.name, "cgroup", c.cgroup, "err", err)
+	}
+}
+
+// handleExit acts on a cgroup that emptied or went away.
+func (a *Agent) handleExit(ctx context.Context, e cgroup.Event) {
+	a.mu.Lock()
+	var c *container
+	for _, x := range a.containers {
+		if x.cgroup == e.Path {
+			c = x
+			break
+		}
+	}
+	if c == nil {
+		a.mu.Unlock()
+		return
+	}
+	if c.running || c.admitted != nil {
+		// The worker forgets it when its apply ends (see apply).
+		c.exited = e.Path
+		a.mu.Unlock()
+		return
+	}
+	if c.runtimeID == "" || e.Removed || a.rt == nil {
+		a.exitedLocked(c)
+		a.mu.Unlock()
+		return
+	}
+	id, podUID, name := c.runtimeID, c.podUID, c.name
+	a.mu.Unlock()
+
+	// A runtime's container: the pod, not the container, owns what was
+	// allocated (the kubelet frees it when the pod goes, which the
+	// Kubernetes intake reports through Forget). So it is forgotten here
+	// only when the runtime has removed it; when it was restarted, the agent
+	// follows the new container.
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := a.rt.Get(rctx, id)
+	gone := errors.Is(err, cri.ErrNotFound)
+	var next *cri.Container
+	var nextCgroup string
+	if !gone && podUID != "" {
+		if ct, err := a.rt.Find(rctx, podUID, name); err == nil && ct.Running() && ct.ID != id {
+			if p, err := a.cg.PathOf(ct.PID); err == nil {
+				next, nextCgroup = &ct, p
+			}
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if cur, ok := a.containers[c.key]; !ok || cur != c || c.runtimeID != id {
+		return // forgotten or followed meanwhile
+	}
+	switch {
+	case gone:
+		a.exitedLocked(c)
+	case next != nil:
+		old := c.cgroup
+		c.runtimeID, c.cgroup = next.ID, nextCgroup
+		a.watchLocked(c, old)
+		a.log.Info("container restarted by its runtime; following the new one", "container", c.name, "runtimeID", c.runtimeID, "cgroup", c.cgroup)
+	default:
+		a.log.Info("container exited; its pod keeps what it was allocated", "container", c.name, "runtimeID", id)
+	}
+}
+
+// exitedLocked forgets a container that exited, which frees its capacity
+// for Deferred intents at once.
+func (a *Agent) exitedLocked(c *container) {
+	c.exited = ""
+	a.forgetLocked(c, "container exited: its cgroup "+c.cgroup+" has no process left")
+}
