@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/resizer/resize-agent/agent/intent"
@@ -35,7 +36,8 @@ type Recovery struct {
 // its last Completed intent (and the ledger accounts them), and every
 // intent not in a terminal state is queued again in its original order,
 // with its ID and acceptance time. An intent that was InProgress is
-// applied again: the writes are idempotent and verified. Targets are
+// applied again, before Recover returns and before anything queued behind
+// it (the writes are idempotent and verified). Targets are
 // resolved again, since a container may have a new cgroup; an intent whose
 // container is gone ends Failed (ContainerGone). Call it once, after New
 // and before the agent takes intents.
@@ -57,8 +59,10 @@ func (a *Agent) Recover() (Recovery, error) {
 	}
 	where := map[string]*found{}
 	lastCompleted := map[string]*journal.Record{}
+	newest := map[string]*journal.Record{}
 	for i := range recs {
 		jr := &recs[i]
+		newest[jr.Container] = jr // recs are in acceptance order
 		done := jr.Intent.Status.State.Terminal()
 		if jr.Intent.Status.State == intent.Completed && jr.Resources != nil {
 			lastCompleted[jr.Container] = jr
@@ -74,6 +78,12 @@ func (a *Agent) Recover() (Recovery, error) {
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	type queued struct {
+		c *container
+		r *record
+	}
+	var resumed []*container
+	var rest []queued
 	containerOf := func(key string) (*container, error) {
 		f := where[key]
 		if f.err != nil {
@@ -119,12 +129,41 @@ func (a *Agent) Recover() (Recovery, error) {
 			continue
 		}
 		r.key, r.recovered = c.key, true
+		if n := newest[jr.Container]; n.Seq > r.seq && n.Intent.Status.State.Terminal() && r.Status.State != intent.InProgress {
+			// A newer intent for the container came back from its journal
+			// write first and went ahead: this one was superseded then,
+			// but the crash came before that was on disk.
+			r.Status.SupersededBy = n.Intent.ID
+			a.finishLocked(c, r, intent.Superseded, intent.ReasonSuperseded, "superseded by intent "+n.Intent.ID+" for the same container")
+			continue
+		}
 		out.Requeued++
-		switch r.Status.State {
-		case intent.Deferred:
+		if jr.Intent.Status.State == intent.InProgress && !slices.ContainsFunc(rest, func(q queued) bool { return q.c == c }) && !slices.Contains(resumed, c) {
+			// It was being written: it goes first, alone, as it would have
+			// finished before anything queued behind it.
+			a.setLocked(r, intent.Proposed, "", "was InProgress when the agent stopped; applying it again")
+			c.pending, c.newest = r, r
+			resumed = append(resumed, c)
+			continue
+		}
+		rest = append(rest, queued{c, r})
+	}
+	if len(resumed) > 0 {
+		for _, c := range resumed {
+			a.kickLocked(c)
+		}
+		// Nothing else runs yet: the workers are those just kicked, and
+		// each stops once its container has nothing pending.
+		a.mu.Unlock()
+		a.workers.Wait()
+		a.mu.Lock()
+	}
+	for _, q := range rest {
+		c, r := q.c, q.r
+		if r.Status.State == intent.Deferred {
 			r.retry = true // the node may have room now
-		default:
-			a.setLocked(r, intent.Proposed, "", fmt.Sprintf("queued again after an agent restart (was %s)", jr.Intent.Status.State))
+		} else {
+			a.setLocked(r, intent.Proposed, "", fmt.Sprintf("queued again after an agent restart (was %s)", r.Status.State))
 		}
 		if old := c.pending; old != nil {
 			old.Status.SupersededBy = r.ID

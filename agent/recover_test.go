@@ -80,9 +80,8 @@ func recoverAgent(t *testing.T, a *agent.Agent) agent.Recovery {
 var big = admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}
 
 // TestRecoverAfterCrash: a Completed intent gives its container back its
-// resources (and the ledger accounts them); an InProgress one and a queued
-// one behind it are queued again in order, so the newer supersedes the
-// older and is applied.
+// resources (and the ledger accounts them); an InProgress one is applied
+// again before the one queued behind it, as it would have been.
 func TestRecoverAfterCrash(t *testing.T) {
 	root := cgrouptest.FakeTree(t, "/pod/web", "/pod/api")
 	dir := t.TempDir()
@@ -112,11 +111,9 @@ func TestRecoverAfterCrash(t *testing.T) {
 	if got, _ := a2.Get(done.ID); got.Status.State != intent.Completed || !got.Status.AcceptedAt.Equal(done.Status.AcceptedAt) {
 		t.Errorf("completed intent after recovery: %+v", got.Status)
 	}
-	sup := settle(t, a2, inFlight.ID)
-	want(t, sup, intent.Superseded, intent.ReasonSuperseded)
-	if sup.Status.SupersededBy != queued.ID {
-		t.Errorf("superseded by %q, want %s", sup.Status.SupersededBy, queued.ID)
-	}
+	// The intent in flight is applied again first, then the one queued.
+	again := settle(t, a2, inFlight.ID)
+	want(t, again, intent.Completed, intent.ReasonApplied)
 	last := settle(t, a2, queued.ID)
 	want(t, last, intent.Completed, intent.ReasonApplied)
 	if !strings.Contains(last.Status.Message, "restart") {
@@ -326,5 +323,44 @@ func TestConcurrentSubmitsWithJournal(t *testing.T) {
 		for _, it := range its {
 			settleTerminal(t, a, it.ID)
 		}
+	}
+}
+
+// TestRecoverOlderIntentBehindNewerCompleted: a crash after a newer intent
+// completed but before the older one's Superseded was on disk must not
+// apply the older one.
+func TestRecoverOlderIntentBehindNewerCompleted(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/pod/web")
+	dir := t.TempDir()
+	j, err := journal.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	older := intent.Intent{ID: "older", Spec: spec("web", "/pod/web", nil, map[string]string{"cpu": "1"}),
+		Status: intent.Status{State: intent.Proposed, AcceptedAt: now, UpdatedAt: now}}
+	older.Spec.ID = older.ID
+	newer := intent.Intent{ID: "newer", Spec: spec("web", "/pod/web", nil, map[string]string{"cpu": "2"}),
+		Status: intent.Status{State: intent.Completed, AcceptedAt: now, UpdatedAt: now, CompletedAt: &now}}
+	newer.Spec.ID = newer.ID
+	for _, r := range []journal.Record{{Seq: 1, Container: "/pod/web", Intent: older},
+		{Seq: 2, Container: "/pod/web", Intent: newer, Resources: &journal.Resources{Resources: intent.Resources{CPULimit: 2000}, CPU: true}}} {
+		if err := j.Wait(j.Append(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Close()
+	a, cg, _ := journaled(t, root, dir, big)
+	recoverAgent(t, a)
+	got, _ := a.Get("older")
+	want(t, got, intent.Superseded, intent.ReasonSuperseded)
+	if got.Status.SupersededBy != "newer" {
+		t.Errorf("superseded by %q", got.Status.SupersededBy)
+	}
+	if w := cg.Writes(); len(w) != 0 {
+		t.Errorf("writes %v", w)
+	}
+	if cs := a.Containers(); len(cs) != 1 || cs[0].Resources.CPULimit != 2000 {
+		t.Errorf("containers %+v", cs)
 	}
 }

@@ -15,7 +15,7 @@ mkdir -p "$payload/bin" "$payload/tests"
 # Packages whose tests exercise the kernel. Static binaries: the guest has
 # no libc.
 # VM_TEST_PKGS overrides the list, e.g. VM_TEST_PKGS="./cgroup" for a quick run.
-read -r -a pkgs <<<"${VM_TEST_PKGS:-./cgroup ./agent/pressure ./bpf ./test/integration ./cmd/resize-agent ./test/faults ./test/soak}"
+read -r -a pkgs <<<"${VM_TEST_PKGS:-./cgroup ./agent/pressure ./bpf ./test/integration ./cmd/resize-agent ./test/faults ./test/soak ./test/crash}"
 for i in "${!pkgs[@]}"; do [[ -d ${pkgs[$i]} ]] || unset 'pkgs[i]'; done
 for p in "${pkgs[@]}"; do
 	name=$(echo "${p#./}" | tr / _)

@@ -1,0 +1,13 @@
+// Package crash proves that nothing is lost across a crash of the agent:
+// its test runs the real resize-agent daemon on a real cgroup v2 kernel,
+// submits intents concurrently through the API, kills the daemon with
+// SIGKILL at random moments (often with applies in flight), restarts it on
+// the same state directory, and checks that every intent the API
+// acknowledged is still there and ends in a terminal state, and that every
+// cgroup holds what its last Completed intent gave it.
+//
+// It runs in the VM harness (VM_TEST_PKGS="./test/crash"
+// test/run-vm-tests.sh), which puts the daemon in PATH and sets
+// RESIZE_AGENT_REQUIRE_CGROUP2=1; elsewhere it skips and says why. The
+// daemon binary is $RESIZE_AGENT_BIN, or resize-agent in PATH.
+package crash
