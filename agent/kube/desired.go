@@ -81,6 +81,11 @@ type ContainerResize struct {
 // trailing data, malformed quantities and resources other than cpu and
 // memory are errors.
 func ParseAnnotation(v string) (map[string]ContainerResize, error) {
+	// Screened first: the quantity parser takes minutes on some exponents,
+	// and anyone who may annotate a pod could send them.
+	if err := intent.CheckQuantities([]byte(v)); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", AnnotationResources, err)
+	}
 	dec := json.NewDecoder(strings.NewReader(v))
 	dec.DisallowUnknownFields()
 	var out map[string]ContainerResize

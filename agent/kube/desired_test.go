@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -56,9 +57,14 @@ func TestParseAnnotationIsStrict(t *testing.T) {
 		"empty entry":    `{"web": {}}`,
 		"empty":          `{}`,
 		"not json":       `web=2`,
+		"slow exponent":  `{"web": {"limits": {"cpu": "1e-9999999"}}}`,
 	} {
+		start := time.Now()
 		if _, err := ParseAnnotation(v); err == nil {
 			t.Errorf("%s: %s accepted", name, v)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: refusing took %v", name, d) // the unscreened parser takes minutes
 		}
 	}
 }
