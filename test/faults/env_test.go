@@ -36,6 +36,9 @@ const (
 	criSocket     = "/run/containerd/containerd.sock"
 	containerdPID = "/run/containerd.pid" // written by test/vm/guest-init.sh
 	busyboxImage  = "localhost/resize-agent/busybox:latest"
+	// criTimeout bounds each of the agent's CRI calls (10s by default),
+	// shorter to keep the hung-runtime test short.
+	criTimeout = 5 * time.Second
 )
 
 // env is the real agent on the real cgroup hierarchy behind the real API on
@@ -63,7 +66,7 @@ func setup(t *testing.T, alloc admission.Capacity, withRuntime bool) *env {
 	opts := []agent.Option{agent.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil)))}
 	if withRuntime {
 		needContainerd(t)
-		cc, err := cri.Dial(criSocket)
+		cc, err := cri.Dial(criSocket, cri.WithTimeout(criTimeout))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,6 +194,19 @@ func killContainerd(t *testing.T) {
 	}
 	_ = os.Remove(criSocket)
 	t.Logf("containerd (pid %d) killed, socket removed", pid)
+}
+
+func containerdPIDOf(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(containerdPID)
+	if err != nil {
+		t.Fatalf("containerd's pid: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }
 
 // alive reports whether pid runs (a zombie does not).

@@ -312,3 +312,80 @@ func TestKernelRefusesWrite(t *testing.T) {
 	}
 	e.healthy(t)
 }
+
+// containerd hangs (SIGSTOP) instead of going away: the agent must not
+// hang with it. An update in flight fails RuntimeUnavailable when the CRI
+// call times out (criTimeout), a submission that needs the runtime
+// is refused 503 after the same time, and meanwhile the API answers and
+// bare cgroups are served. Once containerd resumes, the next intent
+// completes through it.
+func TestContainerdHangs(t *testing.T) {
+	e := setup(t, node, true)
+	ensureContainerd(t)
+	p := e.runPod(t)
+	e.runContainer(t, p, "app")
+	bare, _ := e.bare(t, "bare")
+	expect(t, e.settled(t, e.submit(t, podSpec(p, "app", res{"cpu": "100m"}, res{"cpu": "500m"})).ID), intent.Completed, intent.ReasonApplied)
+	app, _ := e.managed(t, "app")
+
+	pid := containerdPIDOf(t)
+	resume := once(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	t.Cleanup(resume)
+	stopped := make(chan struct{})
+	e.rt.setBefore(onceHook(func() { _ = syscall.Kill(pid, syscall.SIGSTOP); close(stopped) }))
+	t0 := time.Now()
+	mid := e.submit(t, podSpec(p, "app", res{"cpu": "100m"}, res{"cpu": "700m"}))
+	<-stopped
+	e.rt.setBefore(nil)
+
+	refused := make(chan error, 1)
+	go func() {
+		_, _, err := e.c.Submit(ctx(t, 60*time.Second), podSpec(p, "app", nil, res{"cpu": "800m"}))
+		refused <- err
+	}()
+	// The agent serves while the runtime hangs.
+	t1 := time.Now()
+	expect(t, e.settled(t, e.submit(t, bareSpec("bare", bare, res{"cpu": "200m"}, nil)).ID), intent.Completed, intent.ReasonApplied)
+	if _, err := e.c.Node(ctx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.List(ctx(t, 5*time.Second), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("with containerd stopped: a bare-cgroup intent, node and list answered in %v", time.Since(t1).Round(time.Millisecond))
+
+	got := e.settled(t, mid.ID)
+	t.Logf("intent in flight settled after %v", time.Since(t0).Round(time.Millisecond))
+	expect(t, got, intent.Failed, intent.ReasonRuntimeUnavailable)
+	err := <-refused
+	if code, reason := statusCode(err); code != http.StatusServiceUnavailable || reason != "RuntimeUnavailable" {
+		t.Errorf("submit with containerd hung: %v, want 503 RuntimeUnavailable", err)
+	}
+	t.Logf("submit with containerd hung refused after %v: %v", time.Since(t1).Round(time.Millisecond), err)
+	e.healthy(t)
+
+	resume()
+	time.Sleep(time.Second)
+	// What the stopped containerd did with the update the agent gave up
+	// on, once it runs again.
+	st, gerr := e.rt.cc.Get(ctx(t, 10*time.Second), app.ContainerID)
+	t.Logf("after SIGCONT: cgroup cpu.max %q, containerd's record quota %d (err %v); the agent holds the last Completed (50000)",
+		cgrouptest.ReadFile(t, e.mnt, app.CgroupPath, "cpu.max"), st.Resources.CPUQuota, gerr)
+
+	var back intent.Intent
+	for t2 := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		it, _, err := e.c.Submit(ctx(t, 60*time.Second), podSpec(p, "app", res{"cpu": "100m"}, res{"cpu": "900m"}))
+		if err == nil {
+			back = e.settled(t, it.ID)
+			break
+		}
+		if code, _ := statusCode(err); code != http.StatusServiceUnavailable || time.Since(t2) > 30*time.Second {
+			t.Fatalf("submit after containerd resumed: %v", err)
+		}
+	}
+	expect(t, back, intent.Completed, intent.ReasonApplied)
+	if v := cgrouptest.ReadFile(t, e.mnt, app.CgroupPath, "cpu.max"); v != "90000 100000" {
+		t.Errorf("cpu.max = %q after the intent once containerd resumed", v)
+	}
+	e.healthy(t)
+}
