@@ -333,3 +333,24 @@ func BenchmarkAppendParallel(b *testing.B) {
 		}
 	})
 }
+
+// TestCrashMidCompaction: a compaction cut short leaves a temporary file
+// that was never renamed; Open drops it and keeps the journal as it was.
+func TestCrashMidCompaction(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir)
+	mustAppend(t, j, rec(1, "a", "c1", intent.Proposed))
+	j.Close()
+	half, _ := encode(rec(9, "z", "c9", intent.Proposed))
+	if err := os.WriteFile(filepath.Join(dir, tmpName), half[:len(half)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j = open(t, dir)
+	defer j.Close()
+	if got := states(j.Records()); got != "1:a:Proposed " {
+		t.Errorf("replayed %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, tmpName)); !os.IsNotExist(err) {
+		t.Errorf("temporary file left: %v", err)
+	}
+}
