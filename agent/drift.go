@@ -15,6 +15,7 @@ import (
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cri"
 )
 
 // DriftPolicy is what the agent does when a managed container's cgroup no
@@ -141,8 +142,14 @@ type probe struct {
 	c        *container
 	path     string
 	want     cgroup.Resources
-	pod      string            // "" unless c speaks for its pod
-	podWant  cgroup.Resources  // what the agent writes to the pod
+	pod      string           // "" unless c speaks for its pod
+	podWant  cgroup.Resources // what the agent writes to the pod
+	podUID   string
+	siblings []intent.Resources // the pod's other managed containers'
+	managed  map[string]bool    // runtime IDs of the pod's managed containers
+	pcpu     bool               // the pod's cpu is managed
+	pmem     bool
+	others   []cri.Container   // the pod's unmanaged containers, from the runtime
 	last     map[string]string // the last intent of c and its pod's members, by key
 	st       cgroup.State      // read without the lock
 	files    []DriftFile
@@ -205,6 +212,14 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 		if ctx.Err() != nil {
 			break
 		}
+		if p.pod != "" {
+			// As apply does: the pod cgroup counts the containers of the
+			// pod the agent does not manage too.
+			if p.podUID != "" && a.rt != nil {
+				p.others = a.unmanagedMembers(p.podUID)
+			}
+			p.podWant = p.podWantWith(p.c.res, a.period)
+		}
 		p.st, p.readErr = a.cg.Read(p.path)
 		if p.readErr != nil {
 			continue // gone or unreadable: Resync and the exit watcher deal with it
@@ -261,10 +276,15 @@ func (a *Agent) probesLocked() []*probe {
 		}
 		p := &probe{c: c, path: c.cgroup, want: c.res.Cgroup(a.period, c.cpu, c.mem), last: map[string]string{c.key: c.last}}
 		if members := pods[c.pod]; c.pod != "" && speaker(members) == c && !slices.ContainsFunc(members, func(o *container) bool { return !idle(o) }) {
+			p.pod, p.podUID, p.managed = c.pod, c.podUID, map[string]bool{}
 			for _, o := range members {
 				p.last[o.key] = o.last
+				p.managed[o.runtimeID] = true
+				p.pcpu, p.pmem = p.pcpu || o.cpu, p.pmem || o.mem
+				if o != c {
+					p.siblings = append(p.siblings, o.res)
+				}
 			}
-			p.pod, p.podWant = c.pod, a.podWantLocked(c)
 		}
 		out = append(out, p)
 	}
@@ -272,19 +292,17 @@ func (a *Agent) probesLocked() []*probe {
 	return out
 }
 
-// podWantLocked is what the agent writes to c's pod cgroup, as apply
-// computes it: from all its members' resources, for the resources any of
-// them declares.
-func (a *Agent) podWantLocked(c *container) cgroup.Resources {
-	var all []intent.Resources
-	pcpu, pmem := false, false
-	for _, o := range a.containers {
-		if o.pod == c.pod {
-			all = append(all, o.res)
-			pcpu, pmem = pcpu || o.cpu, pmem || o.mem
+// podWantWith is what apply writes to the pod cgroup when the speaker has
+// self: the sum over the pod's containers, managed or not, for the
+// resources any managed one declares.
+func (p *probe) podWantWith(self intent.Resources, period uint64) cgroup.Resources {
+	all := append([]intent.Resources{self}, p.siblings...)
+	for _, o := range p.others {
+		if !p.managed[o.ID] && o.PodUID == p.podUID {
+			all = append(all, fromRuntime(o.Resources))
 		}
 	}
-	return podResources(all).Cgroup(a.period, pcpu, pmem)
+	return podResources(all).Cgroup(period, p.pcpu, p.pmem)
 }
 
 func idle(c *container) bool { return !c.running && c.pending == nil }
@@ -397,7 +415,7 @@ func (a *Agent) actLocked(p *probe) {
 			}
 			if p.podSt != nil {
 				// The pod's values follow from the adopted ones now.
-				p.podFiles = differ(p.pod, *p.podSt, a.podWantLocked(c), a.cg.PageSize())
+				p.podFiles = differ(p.pod, *p.podSt, p.podWantWith(c.res, a.period), a.cg.PageSize())
 			}
 			if len(p.podFiles) == 0 {
 				d.info, d.sig = nil, "" // the files hold the container's values now

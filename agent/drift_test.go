@@ -24,6 +24,7 @@ import (
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+	"github.com/resizer/resize-agent/cri"
 )
 
 // hookCgroups calls onRead before each Read: to act in the window between
@@ -580,5 +581,38 @@ func TestDriftAdoptSurvivesRestart(t *testing.T) {
 	}
 	if r := checkAll(t, a2); r.Drifted != 0 {
 		t.Errorf("drift after restart: %+v", r)
+	}
+}
+
+// The pod cgroup of a runtime's pod counts the containers the agent does
+// not manage too, as apply does: a sidecar's limit is no drift, and a
+// restore puts back the sum with it.
+func TestDriftPodWithUnmanagedContainer(t *testing.T) {
+	ra := agenttest.NewRuntimeAgent(t, bigNode)
+	cgrouptest.AddFake(t, ra.Root, "/kubepods/burstable/poduid-1")
+	ra.AddContainer(t, "uid-1", "app", "/kubepods/burstable/poduid-1/app")
+	side := ra.AddContainer(t, "uid-1", "side", "/kubepods/burstable/poduid-1/side")
+	if err := ra.Runtime.Update(context.Background(), side.ID, cri.Resources{CPUPeriod: 100000, CPUQuota: 50000, CPUShares: 512}); err != nil {
+		t.Fatal(err)
+	}
+	it, _, err := ra.Submit(intent.Spec{Target: intent.Target{Name: "app", PodUID: "uid-1"},
+		Resources: spec("", "", nil, map[string]string{"cpu": "1"}).Resources})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle(t, ra.Agent, it.ID)
+	if got := ra.File(t, "/kubepods/burstable/poduid-1", "cpu.max"); got != "150000 100000" {
+		t.Fatalf("pod cpu.max = %q", got)
+	}
+	if r := checkAll(t, ra.Agent); r.Drifted != 0 {
+		t.Fatalf("the sidecar's share of the pod cgroup taken for drift: %+v %+v", r, ra.Containers())
+	}
+	cgrouptest.SetFile(t, ra.Root, "/kubepods/burstable/poduid-1", "cpu.max", "max 100000")
+	checkAll(t, ra.Agent)
+	if got := ra.File(t, "/kubepods/burstable/poduid-1", "cpu.max"); got != "150000 100000" {
+		t.Errorf("pod cpu.max after restore = %q", got)
+	}
+	if r := checkAll(t, ra.Agent); r.Drifted != 0 {
+		t.Errorf("after the restore: %+v", r)
 	}
 }
