@@ -48,6 +48,9 @@ type Options struct {
 	Drift           string `json:"drift"`         // drift policy: report, restore, adopt or off
 	DriftInterval   string `json:"driftInterval"` // how often to compare the cgroup files with the intents
 	ShutdownTimeout string `json:"shutdownTimeout"`
+	// MemoryShrinkTimeout bounds bringing usage under a lower memory limit
+	// (memory.high, memory.reclaim); "off" refuses such decreases.
+	MemoryShrinkTimeout string `json:"memoryShrinkTimeout"`
 	// StateDir holds the intent journal (agent/journal); empty: none.
 	StateDir string `json:"stateDir"`
 
@@ -70,24 +73,25 @@ type Options struct {
 // DefaultOptions are the daemon's defaults.
 func DefaultOptions() *Options {
 	return &Options{
-		CgroupRoot:      cgroup.DefaultMountpoint,
-		CgroupDriver:    string(cgroup.DriverAuto),
-		CapacityCgroup:  "/",
-		Socket:          "/run/resize-agent/agent.sock",
-		MetricsAddress:  ":9847",
-		CRIEndpoint:     cri.DefaultEndpoint,
-		BPF:             "auto",
-		CPUPeriod:       cgroup.DefaultPeriod,
-		ResyncInterval:  "10s",
-		Drift:           string(agent.DriftRestore),
-		DriftInterval:   "10s",
-		ShutdownTimeout: "10s",
-		StateDir:        "/var/lib/resize-agent",
-		LogLevel:        "info",
-		LogFormat:       "text",
-		NodeName:        os.Getenv("NODE_NAME"),
-		KubeIntake:      string(kube.ModeAnnotation),
-		procRoot:        "/proc",
+		CgroupRoot:          cgroup.DefaultMountpoint,
+		CgroupDriver:        string(cgroup.DriverAuto),
+		CapacityCgroup:      "/",
+		Socket:              "/run/resize-agent/agent.sock",
+		MetricsAddress:      ":9847",
+		CRIEndpoint:         cri.DefaultEndpoint,
+		BPF:                 "auto",
+		CPUPeriod:           cgroup.DefaultPeriod,
+		ResyncInterval:      "10s",
+		Drift:               string(agent.DriftRestore),
+		DriftInterval:       "10s",
+		ShutdownTimeout:     "10s",
+		MemoryShrinkTimeout: "30s",
+		StateDir:            "/var/lib/resize-agent",
+		LogLevel:            "info",
+		LogFormat:           "text",
+		NodeName:            os.Getenv("NODE_NAME"),
+		KubeIntake:          string(kube.ModeAnnotation),
+		procRoot:            "/proc",
 	}
 }
 
@@ -112,6 +116,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ResyncInterval, "resync-interval", o.ResyncInterval, "how often to look for containers whose cgroup is gone")
 	fs.StringVar(&o.Drift, "drift", o.Drift, "when a managed cgroup's values change behind the agent's back: report, restore (write the agent's values back through an intent), adopt (take the new limits when QoS and capacity allow) or off")
 	fs.StringVar(&o.DriftInterval, "drift-interval", o.DriftInterval, "how often to compare managed cgroup files with the last completed intents")
+	fs.StringVar(&o.MemoryShrinkTimeout, "memory-shrink-timeout", o.MemoryShrinkTimeout, "how long a memory limit decrease below usage may spend reclaiming (memory.high, memory.reclaim) before it fails with the old values restored; off refuses such decreases")
 	fs.StringVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight writes may take at shutdown")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory for the intent journal: accepted intents are on disk before they are acknowledged and are recovered after a crash (empty: no journal, intents are lost when the agent stops)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
@@ -160,6 +165,7 @@ type settings struct {
 	drift       agent.DriftPolicy
 	driftEvery  time.Duration
 	shutdown    time.Duration
+	shrink      time.Duration // < 0: off
 	token       string
 	apiGIDs     []uint32 // --api-group
 }
@@ -203,6 +209,11 @@ func (o *Options) validate() (settings, error) {
 		s.drift = p
 	}
 	s.shutdown = dur("shutdown-timeout", o.ShutdownTimeout)
+	if o.MemoryShrinkTimeout == "off" {
+		s.shrink = -1
+	} else {
+		s.shrink = dur("memory-shrink-timeout", o.MemoryShrinkTimeout)
+	}
 	if o.CPUPeriod < cgroup.MinPeriod || o.CPUPeriod > cgroup.MaxPeriod {
 		errs = append(errs, fmt.Errorf("cpu-period: %d is outside [%d, %d] microseconds", o.CPUPeriod, cgroup.MinPeriod, cgroup.MaxPeriod))
 	}

@@ -53,6 +53,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	m := metrics.New(reg)
 	agentOpts := []agent.Option{agent.WithLogger(log.With("component", "agent")), agent.WithMetrics(m), agent.WithCPUPeriod(o.CPUPeriod)}
 	agentOpts = append(agentOpts, agent.WithDriftPolicy(s.drift))
+	agentOpts = append(agentOpts, agent.WithShrinkTimeout(s.shrink))
 	if o.CRIEndpoint != "" {
 		rt, err := cri.Dial(o.CRIEndpoint)
 		if err != nil {

@@ -62,6 +62,7 @@ func TestInvalidOptions(t *testing.T) {
 		"no api":       func(o *Options) { o.Socket = "" },
 		"log":          func(o *Options) { o.LogFormat = "xml" },
 		"capacity":     func(o *Options) { o.CapacityCgroup = "../x" },
+		"shrink":       func(o *Options) { o.MemoryShrinkTimeout = "soon" },
 	} {
 		o := DefaultOptions()
 		mut(o)
