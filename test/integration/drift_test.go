@@ -262,7 +262,9 @@ func TestDriftFightBackoff(t *testing.T) {
 // TestDriftRestoreCRIContainer: cpu.max of a containerd container written
 // behind the agent's back is restored through CRI, so that containerd's
 // record and the kernel's files both hold the agent's values, and the
-// container is not restarted.
+// container is not restarted. Its pod has a sidecar the agent does not
+// manage: the pod cgroup, which counts it, is no drift, and is restored to
+// the sum when written.
 func TestDriftRestoreCRIContainer(t *testing.T) {
 	mnt, _ := cgrouptest.Real(t)
 	if _, err := os.Stat(criSocket); err != nil {
@@ -290,19 +292,34 @@ func TestDriftRestoreCRIContainer(t *testing.T) {
 	p := e.runPod(t)
 	ct := e.runContainer(t, p, "app", &runtimeapi.LinuxContainerResources{CpuPeriod: 100000, CpuQuota: 20000, CpuShares: 205},
 		"/bin/busybox", "sleep", "3600")
+	e.runContainer(t, p, "side", &runtimeapi.LinuxContainerResources{CpuPeriod: 100000, CpuQuota: 10000, CpuShares: 102},
+		"/bin/busybox", "sleep", "3600")
 	cg := e.cgroupOf(t, ct)
+	podCg := cg[:strings.LastIndex(cg, "/")]
 	mustState(t, e.resize(t, p, "app", res{"cpu": "200m"}, res{"cpu": "400m"}, nil), intent.Completed)
+	if got := cgrouptest.ReadFile(t, mnt, podCg, "cpu.max"); got != "50000 100000" {
+		t.Fatalf("pod cpu.max = %q, want app 400m + side 100m", got)
+	}
+	time.Sleep(3 * driftInterval)
+	if ds := driftIntents(srv.Agent); len(ds) != 0 {
+		t.Fatalf("drift found with nothing written: %+v", containerInfo(t, srv.Agent, "app").Drift)
+	}
+
+	cgrouptest.SetFile(t, mnt, podCg, "cpu.max", "max 100000")
+	took := waitFile(t, mnt, podCg, "cpu.max", "50000 100000", 4*driftInterval+5*time.Second)
+	t.Logf("pod cpu.max restored in %v", took)
+	waitFor(t, "pod drift cleared", 10*time.Second, func() bool { return containerInfo(t, srv.Agent, "app").Drift == nil })
 
 	cgrouptest.SetFile(t, mnt, cg, "cpu.max", "max 100000")
-	took := waitFile(t, mnt, cg, "cpu.max", "40000 100000", 4*driftInterval+5*time.Second)
+	took = waitFile(t, mnt, cg, "cpu.max", "40000 100000", 4*driftInterval+5*time.Second)
 	t.Logf("container cpu.max restored in %v", took)
 	var d intent.Intent
 	waitFor(t, "drift intent settled", 10*time.Second, func() bool {
 		ds := driftIntents(srv.Agent)
-		if len(ds) == 1 {
-			d = ds[0]
+		if len(ds) == 2 {
+			d = ds[1]
 		}
-		return len(ds) == 1 && d.Status.State.Terminal()
+		return len(ds) == 2 && d.Status.State.Terminal()
 	})
 	if d.Status.State != intent.Completed || d.Status.Via != "runtime" || d.Spec.Target.PodUID != p.uid {
 		t.Errorf("drift intent: %s via %q target %+v: %s", d.Status.State, d.Status.Via, d.Spec.Target, d.Status.Message)
@@ -311,7 +328,7 @@ func TestDriftRestoreCRIContainer(t *testing.T) {
 	if err != nil || st.Resources.CPUQuota != 40000 {
 		t.Errorf("containerd's record: quota %d (%v), want 40000", st.Resources.CPUQuota, err)
 	}
-	if got := testutil.ToFloat64(m.Drift.WithLabelValues("cpu", agent.DriftActionRestore)); got != 1 {
+	if got := testutil.ToFloat64(m.Drift.WithLabelValues("cpu", agent.DriftActionRestore)); got != 2 {
 		t.Errorf("drift_total{cpu,restore} = %v", got)
 	}
 	e.sameContainer(t, ct)
