@@ -364,3 +364,39 @@ func TestRecoverOlderIntentBehindNewerCompleted(t *testing.T) {
 		t.Errorf("containers %+v", cs)
 	}
 }
+
+// TestSameIDWhileJournaling: a retry of an intent still being journaled
+// waits for it and gets the same intent, not a second one.
+func TestSameIDWhileJournaling(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/pod/web")
+	a, _, _ := journaled(t, root, t.TempDir(), big)
+	s := spec("web", "/pod/web", map[string]string{"cpu": "10m"}, map[string]string{"cpu": "1"})
+	s.ID = "same"
+	var wg sync.WaitGroup
+	var created sync.Map
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			it, c, err := a.Submit(s)
+			if err != nil || it.ID != "same" {
+				t.Errorf("Submit = %+v, %v", it, err)
+			}
+			created.Store(i, c)
+		}()
+	}
+	wg.Wait()
+	n := 0
+	created.Range(func(_, v any) bool {
+		if v.(bool) {
+			n++
+		}
+		return true
+	})
+	if n != 1 {
+		t.Errorf("%d submissions created the intent, want 1", n)
+	}
+	if l := a.List(agent.Filter{}, ""); len(l) != 1 {
+		t.Errorf("%d intents", len(l))
+	}
+}
