@@ -14,8 +14,9 @@ import (
 
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
-	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/agent/agenttest"
 	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/cgroup"
 )
 
@@ -188,5 +189,46 @@ func TestPhaseMetrics(t *testing.T) {
 	h := got.GetHistogram()
 	if h.GetSampleCount() != 3 || h.GetSampleSum() < 7 || h.GetSampleSum() > 7.5 {
 		t.Errorf("admission phase: %d samples, sum %.3f s; want 3 samples summing to the 7 s Deferred", h.GetSampleCount(), h.GetSampleSum())
+	}
+}
+
+// TestRuntimeContainerExit: a runtime's container that exits is forgotten,
+// unless the runtime already runs its next attempt, which the agent then
+// follows.
+func TestRuntimeContainerExit(t *testing.T) {
+	ex := newExits()
+	ra := agenttest.NewRuntimeAgent(t, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}, agent.WithExitWatcher(ex))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); ra.Run(ctx, time.Hour) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	ra.AddContainer(t, "uid-1", "web", "/pod1/web")
+	ra.AddContainer(t, "uid-1", "side", "/pod1/side")
+	for _, name := range []string{"web", "side"} {
+		s := intent.Spec{Target: intent.Target{Name: name, PodUID: "uid-1"}}
+		s.Resources.Requests = list2(map[string]string{"cpu": "1"})
+		want(t, submit(t, ra.Agent, s), intent.Completed, "")
+	}
+	// web restarted by its runtime in a new cgroup: followed.
+	ra.Runtime.Remove("uid-1", "web")
+	ra.AddContainer(t, "uid-1", "web", "/pod1/web-2")
+	ex.ch <- cgroup.Event{Path: "/pod1/web"}
+	// side exits for good: forgotten, its 1 CPU freed.
+	ra.Runtime.Remove("uid-1", "side")
+	ex.ch <- cgroup.Event{Path: "/pod1/side"}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cs := ra.Containers()
+		if len(cs) == 1 && cs[0].Name == "web" && cs[0].CgroupPath == "/pod1/web-2" && ex.isWatched("/pod1/web-2") && !ex.isWatched("/pod1/side") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("containers %+v", cs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := ra.Ledger.Allocated().MilliCPU; got != 1000 {
+		t.Errorf("allocated %dm, want web's 1000m", got)
 	}
 }

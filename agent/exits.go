@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/resizer/resize-agent/cgroup"
@@ -60,40 +59,31 @@ func (a *Agent) handleExit(ctx context.Context, e cgroup.Event) {
 	id, podUID, name := c.runtimeID, c.podUID, c.name
 	a.mu.Unlock()
 
-	// A runtime's container: the pod, not the container, owns what was
-	// allocated (the kubelet frees it when the pod goes, which the
-	// Kubernetes intake reports through Forget). So it is forgotten here
-	// only when the runtime has removed it; when it was restarted, the agent
-	// follows the new container.
+	// A runtime's container that exited is forgotten as a bare cgroup is
+	// (Resync does the same once its cgroup is gone), unless the runtime
+	// already runs its next attempt: then the agent follows that one.
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := a.rt.Get(rctx, id)
-	gone := errors.Is(err, cri.ErrNotFound)
 	var next *cri.Container
 	var nextCgroup string
-	if !gone && podUID != "" {
-		if ct, err := a.rt.Find(rctx, podUID, name); err == nil && ct.Running() && ct.ID != id {
-			if p, err := a.cg.PathOf(ct.PID); err == nil {
-				next, nextCgroup = &ct, p
-			}
+	if ct, err := a.rt.Find(rctx, podUID, name); podUID != "" && err == nil && ct.Running() && ct.ID != id {
+		if p, err := a.cg.PathOf(ct.PID); err == nil {
+			next, nextCgroup = &ct, p
 		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if cur, ok := a.containers[c.key]; !ok || cur != c || c.runtimeID != id {
-		return // forgotten or followed meanwhile
+	if cur, ok := a.containers[c.key]; !ok || cur != c || c.runtimeID != id || c.running {
+		return // forgotten, followed or busy meanwhile
 	}
-	switch {
-	case gone:
+	if next == nil {
 		a.exitedLocked(c)
-	case next != nil:
-		old := c.cgroup
-		c.runtimeID, c.cgroup = next.ID, nextCgroup
-		a.watchLocked(c, old)
-		a.log.Info("container restarted by its runtime; following the new one", "container", c.name, "runtimeID", c.runtimeID, "cgroup", c.cgroup)
-	default:
-		a.log.Info("container exited; its pod keeps what it was allocated", "container", c.name, "runtimeID", id)
+		return
 	}
+	old := c.cgroup
+	c.runtimeID, c.cgroup = next.ID, nextCgroup
+	a.watchLocked(c, old)
+	a.log.Info("container restarted by its runtime; following the new one", "container", c.name, "runtimeID", c.runtimeID, "cgroup", c.cgroup)
 }
 
 // exitedLocked forgets a container that exited, which frees its capacity

@@ -233,6 +233,12 @@ func (a *Agent) reclaimTo(ms memoryShrinker, path string, target int64, deadline
 			rep.err = fmt.Errorf("usage did not come down within the %s timeout", round(time.Since(start)))
 			return rep
 		}
+		if a.isClosing() {
+			// Give up rather than outlive the shutdown: memory.high is
+			// restored on the way out, not left lowered.
+			rep.err = errors.New("the agent is shutting down")
+			return rep
+		}
 		rep.rounds++
 		// In chunks: a write to memory.reclaim cannot be interrupted, and
 		// the deadline is checked between them.
@@ -284,4 +290,10 @@ func maxText(v int64) string {
 		return "max"
 	}
 	return intent.FormatMemory(v)
+}
+
+func (a *Agent) isClosing() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closing
 }
