@@ -31,7 +31,6 @@ const (
 	submitters = 6
 	perCycle   = 40 // intents submitted at most per cycle
 	maxKillAt  = 400 * time.Millisecond
-	budget     = 100 * time.Second // no new cycle after this
 )
 
 // daemonBinary finds resize-agent: $RESIZE_AGENT_BIN or PATH (the VM
@@ -315,7 +314,8 @@ func TestKillNineLosesNothing(t *testing.T) {
 		cgrouptest.StartBusy(t, mnt, p)
 		h.paths = append(h.paths, p)
 	}
-	cycles := 30
+	// 25 cycles take about 75 s in the TCG VM when the host is quiet.
+	cycles := 25
 	if v, err := strconv.Atoi(os.Getenv("CRASH_CYCLES")); err == nil && v > 0 {
 		cycles = v
 	}
@@ -328,7 +328,7 @@ func TestKillNineLosesNothing(t *testing.T) {
 	var readies, replays []time.Duration
 	total := map[intent.State]int{}
 	d := h.start(0)
-	for cycle := 1; cycle <= cycles && time.Since(begin) < budget; cycle++ {
+	for cycle := 1; cycle <= cycles; cycle++ {
 		stop := make(chan struct{})
 		wg := h.submit(cycle, rng, stop)
 		time.Sleep(time.Duration(rng.Int64N(int64(maxKillAt))))
@@ -371,9 +371,6 @@ func TestKillNineLosesNothing(t *testing.T) {
 		ran, time.Since(begin).Round(time.Millisecond), inFlight, len(h.acked), reappliedTotal, total)
 	t.Logf("recovery: replay median %v max %v; exec to serving median %v max %v; journal %d bytes",
 		replays[len(replays)/2], replays[len(replays)-1], readies[len(readies)/2].Round(time.Millisecond), readies[len(readies)-1].Round(time.Millisecond), size)
-	if ran < 25 && cycles >= 25 {
-		t.Errorf("only %d cycles within %v", ran, budget)
-	}
 	if inFlight == 0 {
 		t.Errorf("no kill landed with intents in flight: the test did not test a crash mid-apply")
 	}
