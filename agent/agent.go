@@ -417,20 +417,15 @@ func (a *Agent) podQOSLocked(c *container, res intent.Resources) corev1.PodQOSCl
 // in place of c's, and those of the pod's running containers the agent does
 // not manage (listed by the runtime).
 func (a *Agent) podMembersLocked(c *container, want intent.Resources, others []cri.Container) []intent.Resources {
-	all := []intent.Resources{want}
+	var siblings []intent.Resources
 	managed := map[string]bool{c.runtimeID: true}
 	for _, o := range a.containers {
 		if o != c && o.pod == c.pod {
-			all = append(all, o.res)
+			siblings = append(siblings, o.res)
 			managed[o.runtimeID] = true
 		}
 	}
-	for _, o := range others {
-		if !managed[o.ID] && o.PodUID == c.podUID {
-			all = append(all, fromRuntime(o.Resources))
-		}
-	}
-	return all
+	return podMembers(want, siblings, others, managed, c.podUID)
 }
 
 // kickLocked starts c's worker unless it runs.

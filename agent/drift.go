@@ -296,13 +296,7 @@ func (a *Agent) probesLocked() []*probe {
 // self: the sum over the pod's containers, managed or not, for the
 // resources any managed one declares.
 func (p *probe) podWantWith(self intent.Resources, period uint64) cgroup.Resources {
-	all := append([]intent.Resources{self}, p.siblings...)
-	for _, o := range p.others {
-		if !p.managed[o.ID] && o.PodUID == p.podUID {
-			all = append(all, fromRuntime(o.Resources))
-		}
-	}
-	return podResources(all).Cgroup(period, p.pcpu, p.pmem)
+	return podResources(podMembers(self, p.siblings, p.others, p.managed, p.podUID)).Cgroup(period, p.pcpu, p.pmem)
 }
 
 func idle(c *container) bool { return !c.running && c.pending == nil }

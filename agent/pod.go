@@ -54,6 +54,20 @@ func (a *Agent) unmanagedMembers(podUID string) []cri.Container {
 	return ctrs
 }
 
+// podMembers is the one rule for which containers the pod cgroup sums over
+// (apply writes it, the drift check compares with it): self, the pod's
+// other managed containers (siblings), and those running containers the
+// runtime lists (others) that are not managed, by what the runtime reports.
+func podMembers(self intent.Resources, siblings []intent.Resources, others []cri.Container, managed map[string]bool, podUID string) []intent.Resources {
+	all := append([]intent.Resources{self}, siblings...)
+	for _, o := range others {
+		if !managed[o.ID] && o.PodUID == podUID {
+			all = append(all, fromRuntime(o.Resources))
+		}
+	}
+	return all
+}
+
 // fromRuntime is what a runtime's record of a container's resources says
 // of its requests and limits: the inverse of criResources. Memory requests
 // do not reach the runtime and stay 0; they do not enter the pod cgroup.
