@@ -5,11 +5,12 @@
 # the results.
 #
 #   BENCH_N          resizes per method, and the scale of the other runs (default 1000)
-#   BENCH_N_RUNTIME  resizes per method that goes through containerd (default 250:
-#                    under TCG one round of those four takes ~1.7-2.7 s, so 1000 would
-#                    take 30-45 min alone)
+#   BENCH_N_RUNTIME  resizes per method that goes through containerd (default 200:
+#                    under TCG on a loaded host one round of those four takes ~2-3 s,
+#                    so 1000 would take 35-50 min alone)
 #   BENCH_REST       how long the agent is sampled at rest (default 10s)
-#   BENCH_COUNT      -count of the microbenchmarks (default 5)
+#   BENCH_COUNT      -count of the microbenchmarks (default 6, the fewest for which
+#                    benchstat gives a 95% confidence interval)
 #   BENCH_README     file to render into (default README.md; "-" renders nothing)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,9 +18,9 @@ export PATH="$PATH:/usr/local/go/bin"
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
 
 N=${BENCH_N:-1000}
-N_RUNTIME=${BENCH_N_RUNTIME:-250}
+N_RUNTIME=${BENCH_N_RUNTIME:-200}
 REST=${BENCH_REST:-10s}
-COUNT=${BENCH_COUNT:-5}
+COUNT=${BENCH_COUNT:-6}
 README=${BENCH_README:-README.md}
 # benchstat, pinned, fetched through the module proxy once (Go's cache).
 BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
@@ -67,6 +68,6 @@ echo "== done in ${secs}s (VM ${vm_secs}s); $host"
 if [[ $README != - ]]; then
 	"$out/bench-host" render -results "$out/vm/results.json" -readme "$README" \
 		-micro "$out/micro.txt" -benchstat "$out/benchstat.txt" -profile "$out/profile.txt" \
-		-host "$host" -run-time "$((secs / 60)) min $((secs % 60)) s (the VM part $((vm_secs / 60)) min $((vm_secs % 60)) s)"
+		-count "$COUNT" -host "$host" -run-time "$((secs / 60)) min $((secs % 60)) s (the VM part $((vm_secs / 60)) min $((vm_secs % 60)) s)"
 	echo "== $README: bench block rewritten"
 fi

@@ -25,14 +25,18 @@ type daemon struct {
 
 // startDaemon runs the real daemon binary with admission wide enough for
 // every benchmark cgroup, and waits until its API answers.
-func startDaemon(bpf, socket, logPath string) (*daemon, error) {
+func startDaemon(bpf, socket, logPath, stateDir string) (*daemon, error) {
 	_ = os.Remove(socket)
+	// Each daemon its own journal, so that none recovers another's containers.
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, err
+	}
 	lf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command("resize-agent", "--socket", socket, "--metrics-address", "",
-		"--cpu-allocatable", "100000", "--memory-allocatable", "1Ti", "--bpf", bpf)
+		"--cpu-allocatable", "100000", "--memory-allocatable", "1Ti", "--bpf", bpf, "--state-dir", stateDir)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {
 		lf.Close()

@@ -68,7 +68,7 @@ func runGuest(cfg config) error {
 			return err
 		}
 	}
-	d, err := startDaemon(cfg.bpf, "/run/bench/agent.sock", filepath.Join(cfg.out, "agent-main.log"))
+	d, err := startDaemon(cfg.bpf, "/run/bench/agent.sock", filepath.Join(cfg.out, "agent-main.log"), "/var/lib/resize-agent-bench/main")
 	if err != nil {
 		return err
 	}
@@ -311,8 +311,17 @@ func (g *guest) scale(d *daemon) error {
 			return err
 		}
 	}
+	// At rest with everything managed: the periodic work (resync, drift).
+	managed, err := d.client.Containers(context.Background())
+	if err != nil {
+		return err
+	}
+	a, _ := sample(d.pid())
+	time.Sleep(g.cfg.rest)
+	b, _ := sample(d.pid())
+	g.res.Cost = append(g.res.Cost, costRow(d.bpf, "at rest, after the throughput runs", len(managed), a, b, 0))
 	g.phase("throughput and scaling", start)
-	return nil
+	return g.write()
 }
 
 func costRow(bpf, phase string, managed int, a, b procSample, resizes int) CostRow {
@@ -328,7 +337,7 @@ func costRow(bpf, phase string, managed int, a, b procSample, resizes int) CostR
 // concurrent resizes across 100 cgroups, and at rest again with them managed.
 func (g *guest) cost(mode string) error {
 	start := time.Now()
-	d, err := startDaemon(mode, "/run/bench/cost-"+mode+".sock", filepath.Join(g.cfg.out, "agent-cost-bpf-"+mode+".log"))
+	d, err := startDaemon(mode, "/run/bench/cost-"+mode+".sock", filepath.Join(g.cfg.out, "agent-cost-bpf-"+mode+".log"), "/var/lib/resize-agent-bench/cost-"+mode)
 	if err != nil {
 		return err
 	}

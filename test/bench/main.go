@@ -45,6 +45,7 @@ func main() {
 		fs.StringVar(&r.host, "host", "", "what the host was doing (load)")
 		fs.StringVar(&r.runtime, "run-time", "", "how long make bench took")
 		fs.StringVar(&r.profile, "profile", "", "go tool pprof -top output of the agent's profile (optional)")
+		fs.StringVar(&r.count, "count", "6", "the -count the microbenchmarks ran with")
 		_ = fs.Parse(os.Args[2:])
 		err = render(r)
 	default:

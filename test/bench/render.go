@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -15,7 +17,7 @@ const (
 )
 
 type renderConfig struct {
-	results, readme, micro, benchstat, host, runtime, profile string
+	results, readme, micro, benchstat, host, runtime, profile, count string
 }
 
 // render rewrites the block between the bench markers of the README from
@@ -141,16 +143,21 @@ func markdown(r Results, c renderConfig) (string, error) {
 	if b, err := os.ReadFile(c.profile); c.profile != "" && err == nil && len(b) > 0 {
 		fmt.Fprintf(&w, "\n<details><summary>Where the agent's CPU goes: a CPU profile of the agent's packages in the bench process (wired as the daemon wires them, eBPF off), cut to the agent's goroutines (<code>go tool pprof -top -cum -tagfocus=side=agent</code>)</summary>\n\n```text\n%s\n```\n</details>\n", strings.TrimSpace(profileLines(b)))
 	}
-	if c.benchstat != "" || c.micro != "" {
-		file, label := c.benchstat, "benchstat summary"
-		if b, err := os.ReadFile(file); file == "" || err != nil || len(bytes.TrimSpace(b)) == 0 {
-			file, label = c.micro, "raw `go test -bench` lines"
-		}
-		b, err := os.ReadFile(file)
+	if c.micro != "" {
+		b, err := os.ReadFile(c.micro)
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&w, "\n**Go microbenchmarks** (on the host, `go test -run='^$' -bench=. -benchmem -count=5` in cgroup, agent/intent, agent/admission; %s):\n\n```text\n%s\n```\n", label, strings.TrimSpace(micro(b)))
+		fmt.Fprintf(&w, "\n**Go microbenchmarks** (on the host, `go test -run='^$' -bench=. -benchmem -count=%s` in cgroup, agent/intent, agent/admission; medians of the runs):\n\n", c.count)
+		w.WriteString("| package | benchmark | ns/op | B/op | allocs/op |\n|---|---|--:|--:|--:|\n")
+		for _, r := range microRows(b) {
+			fmt.Fprintf(&w, "| %s | %s | %s | %s | %s |\n", r.pkg, r.name, r.ns, r.bytes, r.allocs)
+		}
+		if bs, err := os.ReadFile(c.benchstat); c.benchstat != "" && err == nil && len(bytes.TrimSpace(bs)) > 0 {
+			fmt.Fprintf(&w, "\n<details><summary>benchstat</summary>\n\n```text\n%s\n```\n</details>\n", strings.TrimSpace(string(bs)))
+		} else {
+			fmt.Fprintf(&w, "\n<details><summary>raw lines (benchstat was not available)</summary>\n\n```text\n%s\n```\n</details>\n", strings.TrimSpace(micro(b)))
+		}
 	}
 	return w.String(), nil
 }
@@ -177,4 +184,68 @@ func profileLines(b []byte) string {
 		keep = append(keep, l)
 	}
 	return strings.Join(keep, "\n")
+}
+
+type microRow struct{ pkg, name, ns, bytes, allocs string }
+
+// microRows are the medians, per benchmark, of go test -bench lines.
+func microRows(b []byte) []microRow {
+	type key struct{ pkg, name string }
+	var order []key
+	vals := map[key][3][]float64{}
+	pkg := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(l, "pkg: "); ok {
+			pkg = strings.TrimPrefix(strings.TrimSpace(p), "github.com/resizer/resize-agent/")
+			continue
+		}
+		f := strings.Fields(l)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		name := strings.TrimPrefix(f[0], "Benchmark")
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			name = name[:i]
+		}
+		k := key{pkg, name}
+		v, seen := vals[k]
+		if !seen {
+			order = append(order, k)
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			x, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			switch f[i+1] {
+			case "ns/op":
+				v[0] = append(v[0], x)
+			case "B/op":
+				v[1] = append(v[1], x)
+			case "allocs/op":
+				v[2] = append(v[2], x)
+			}
+		}
+		vals[k] = v
+	}
+	med := func(x []float64, ns bool) string {
+		if len(x) == 0 {
+			return "-"
+		}
+		slices.Sort(x)
+		m := x[len(x)/2]
+		if len(x)%2 == 0 {
+			m = (x[len(x)/2-1] + x[len(x)/2]) / 2
+		}
+		if ns && m < 100 {
+			return strconv.FormatFloat(m, 'f', 1, 64)
+		}
+		return strconv.FormatFloat(m, 'f', 0, 64)
+	}
+	var out []microRow
+	for _, k := range order {
+		v := vals[k]
+		out = append(out, microRow{k.pkg, k.name, med(v[0], true), med(v[1], false), med(v[2], false)})
+	}
+	return out
 }
