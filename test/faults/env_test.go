@@ -3,8 +3,6 @@ package faults_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"os"
@@ -16,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -30,12 +26,11 @@ import (
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 	"github.com/resizer/resize-agent/cri"
+	"github.com/resizer/resize-agent/test/ctrtest"
 )
 
 const (
-	criSocket     = "/run/containerd/containerd.sock"
 	containerdPID = "/run/containerd.pid" // written by test/vm/guest-init.sh
-	busyboxImage  = "localhost/resize-agent/busybox:latest"
 	// criTimeout bounds each of the agent's CRI calls (10s by default),
 	// shorter to keep the hung-runtime test short.
 	criTimeout = 5 * time.Second
@@ -47,8 +42,8 @@ const (
 type env struct {
 	mnt, base string
 	cg        *hookCgroups
-	rt        *hookRuntime // nil without containerd
-	cri       runtimeapi.RuntimeServiceClient
+	rt        *hookRuntime     // nil without containerd
+	ctr       *ctrtest.Runtime // nil without containerd
 	srv       *agenttest.Server
 	c         *api.Client
 }
@@ -65,19 +60,8 @@ func setup(t *testing.T, alloc admission.Capacity, withRuntime bool) *env {
 	var logMu sync.Mutex
 	opts := []agent.Option{agent.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil)))}
 	if withRuntime {
-		needContainerd(t)
-		cc, err := cri.Dial(criSocket, cri.WithTimeout(criTimeout))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		conn, err := grpc.NewClient("unix://"+criSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		e.cri = runtimeapi.NewRuntimeServiceClient(conn)
-		e.rt = &hookRuntime{Runtime: cc, cc: cc}
+		e.ctr = ctrtest.Dial(t, cri.WithTimeout(criTimeout))
+		e.rt = &hookRuntime{Runtime: e.ctr.CRI, cc: e.ctr.CRI}
 		opts = append(opts, agent.WithRuntime(e.rt))
 	}
 	e.srv = agenttest.ServeWith(t, e.cg, alloc, opts...)
@@ -156,16 +140,6 @@ func once(f func()) func() {
 	return func() { o.Do(f) }
 }
 
-func needContainerd(t *testing.T) {
-	t.Helper()
-	if _, err := os.Stat(criSocket); err != nil {
-		if os.Getenv(cgrouptest.RequireEnv) == "1" {
-			t.Fatalf("containerd's socket is required here: %v", err)
-		}
-		t.Skipf("needs containerd at %s (run make test-vm): %v", criSocket, err)
-	}
-}
-
 // killContainerd SIGKILLs the guest's containerd (its shims, and so the
 // containers, live on) and removes its socket, as a crash would leave it
 // gone for a client that dials again. It may run in an agent's goroutine,
@@ -192,7 +166,7 @@ func killContainerd(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	_ = os.Remove(criSocket)
+	_ = os.Remove(ctrtest.Socket)
 	t.Logf("containerd (pid %d) killed, socket removed", pid)
 }
 
@@ -252,7 +226,7 @@ func startContainerd(t *testing.T) time.Duration {
 	if err := os.WriteFile(containerdPID, []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	probe, err := cri.Dial(criSocket, cri.WithTimeout(2*time.Second))
+	probe, err := cri.Dial(ctrtest.Socket, cri.WithTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,74 +258,14 @@ func ensureContainerd(t *testing.T) {
 	})
 }
 
-type pod struct{ uid, sandbox string }
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func (e *env) sandboxConfig(uid string) *runtimeapi.PodSandboxConfig {
-	return &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: "f-" + uid[:8], Namespace: "default", Uid: uid},
-		Labels:   map[string]string{cri.LabelPodUID: uid},
-		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			CgroupParent: "/kubepods/burstable/pod" + uid,
-			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
-			},
-		},
-	}
-}
-
-// runPod starts a host-network sandbox in the kubelet's cgroupfs layout,
-// removed when the test ends.
-func (e *env) runPod(t *testing.T) pod {
-	t.Helper()
-	uid := randHex(4) + "-" + randHex(2) + "-" + randHex(2) + "-" + randHex(2) + "-" + randHex(6)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	resp, err := e.cri.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: e.sandboxConfig(uid)})
-	if err != nil {
-		t.Fatalf("RunPodSandbox: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = e.cri.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: resp.PodSandboxId})
-		_, _ = e.cri.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: resp.PodSandboxId})
-	})
-	return pod{uid: uid, sandbox: resp.PodSandboxId}
-}
+// runPod starts a sandbox in the kubelet's cgroupfs layout.
+func (e *env) runPod(t *testing.T) ctrtest.Pod { return e.ctr.RunPod(t, ctrtest.KubepodsParent) }
 
 // runContainer starts busybox sleeping in p, with the kubelet's labels.
-func (e *env) runContainer(t *testing.T, p pod, name string) cri.Container {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cfg := &runtimeapi.ContainerConfig{
-		Metadata:    &runtimeapi.ContainerMetadata{Name: name},
-		Image:       &runtimeapi.ImageSpec{Image: busyboxImage},
-		Command:     []string{"sleep", "3600"},
-		Labels:      map[string]string{cri.LabelPodUID: p.uid, cri.LabelContainerName: name},
-		Annotations: map[string]string{cri.AnnotationRestartCount: "0"},
-		Linux: &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{
-			CpuShares: 102, CpuPeriod: 100000, CpuQuota: 100000, MemoryLimitInBytes: 256 << 20,
-		}},
-	}
-	created, err := e.cri.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: p.sandbox, Config: cfg, SandboxConfig: e.sandboxConfig(p.uid)})
-	if err != nil {
-		t.Fatalf("CreateContainer: %v", err)
-	}
-	if _, err := e.cri.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
-		t.Fatalf("StartContainer: %v", err)
-	}
-	ct, err := e.rt.cc.Get(ctx, created.ContainerId)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ct
+func (e *env) runContainer(t *testing.T, p ctrtest.Pod, name string) cri.Container {
+	return e.ctr.RunContainer(t, p, name, &runtimeapi.LinuxContainerResources{
+		CpuShares: 102, CpuPeriod: 100000, CpuQuota: 100000, MemoryLimitInBytes: 256 << 20,
+	}, "sleep", "3600")
 }
 
 // bare makes a cgroup below the test's with a sleeping process in it.
@@ -400,8 +314,8 @@ func bareSpec(name, path string, req, lim res) intent.Spec {
 	return s
 }
 
-func podSpec(p pod, name string, req, lim res) intent.Spec {
-	s := intent.Spec{Target: intent.Target{Name: name, PodUID: p.uid}}
+func podSpec(p ctrtest.Pod, name string, req, lim res) intent.Spec {
+	s := intent.Spec{Target: intent.Target{Name: name, PodUID: p.UID}}
 	s.Resources.Requests, s.Resources.Limits = list(req), list(lim)
 	return s
 }

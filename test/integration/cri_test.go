@@ -2,15 +2,10 @@ package integration_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -22,122 +17,39 @@ import (
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 	"github.com/resizer/resize-agent/cri"
-)
-
-const (
-	criSocket    = "/run/containerd/containerd.sock"
-	busyboxImage = "localhost/resize-agent/busybox:latest"
+	"github.com/resizer/resize-agent/test/ctrtest"
 )
 
 // criEnv is a real containerd reached through CRI, with the agent on the
 // real cgroup hierarchy using it.
 type criEnv struct {
+	*ctrtest.Runtime
 	mnt string
-	rt  runtimeapi.RuntimeServiceClient
+	a   *agent.Agent
 	c   *api.Client
-	cri *cri.Client
 }
 
-func setupCRI(t *testing.T, alloc admission.Capacity) *criEnv {
+func setupCRI(t *testing.T, alloc admission.Capacity, opts ...agent.Option) *criEnv {
 	t.Helper()
 	mnt, _ := cgrouptest.Real(t)
-	if _, err := os.Stat(criSocket); err != nil {
-		if os.Getenv(cgrouptest.RequireEnv) == "1" {
-			t.Fatalf("containerd's socket is required here: %v", err)
-		}
-		t.Skipf("needs containerd at %s (run make test-vm): %v", criSocket, err)
-	}
-	conn, err := grpc.NewClient("unix://"+criSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	cc, err := cri.Dial(criSocket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	rt := ctrtest.Dial(t)
 	cg := cgroup.New(cgroup.WithMountpoint(mnt))
-	srv := agenttest.ServeWith(t, cg, alloc, agent.WithRuntime(cc))
-	return &criEnv{mnt: mnt, rt: runtimeapi.NewRuntimeServiceClient(conn), c: api.NewClient(srv.Socket), cri: cc}
+	srv := agenttest.ServeWith(t, cg, alloc, append([]agent.Option{agent.WithRuntime(rt.CRI)}, opts...)...)
+	return &criEnv{Runtime: rt, mnt: mnt, a: srv.Agent, c: api.NewClient(srv.Socket)}
 }
 
-type pod struct {
-	uid, sandbox string
+// runPod starts a pod sandbox under the kubelet's cgroupfs layout
+// (/kubepods/burstable/pod<uid>).
+func (e *criEnv) runPod(t *testing.T) ctrtest.Pod { return e.RunPod(t, ctrtest.KubepodsParent) }
+
+// runContainer starts a busybox container in p with the given resources.
+func (e *criEnv) runContainer(t *testing.T, p ctrtest.Pod, name string, res *runtimeapi.LinuxContainerResources, cmd ...string) cri.Container {
+	return e.RunContainer(t, p, name, res, cmd...)
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// runPod starts a host-network pod sandbox under the kubelet's cgroupfs
-// layout (/kubepods/burstable/pod<uid>), removed when the test ends.
-func (e *criEnv) runPod(t *testing.T) pod {
+func (e *criEnv) resize(t *testing.T, p ctrtest.Pod, name string, req, lim res, pol []corev1.ContainerResizePolicy) intent.Intent {
 	t.Helper()
-	uid := randHex(4) + "-" + randHex(2) + "-" + randHex(2) + "-" + randHex(2) + "-" + randHex(6)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cfg := &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: "p-" + uid[:8], Namespace: "default", Uid: uid},
-		Labels:   map[string]string{cri.LabelPodUID: uid},
-		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			CgroupParent: "/kubepods/burstable/pod" + uid,
-			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
-			},
-		},
-	}
-	resp, err := e.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
-	if err != nil {
-		t.Fatalf("RunPodSandbox: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		e.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: resp.PodSandboxId})
-		e.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: resp.PodSandboxId})
-	})
-	return pod{uid: uid, sandbox: resp.PodSandboxId}
-}
-
-// runContainer starts a busybox container in p with the kubelet's labels
-// and the given resources.
-func (e *criEnv) runContainer(t *testing.T, p pod, name string, res *runtimeapi.LinuxContainerResources, cmd ...string) cri.Container {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cfg := &runtimeapi.ContainerConfig{
-		Metadata:    &runtimeapi.ContainerMetadata{Name: name},
-		Image:       &runtimeapi.ImageSpec{Image: busyboxImage},
-		Command:     cmd,
-		Labels:      map[string]string{cri.LabelPodUID: p.uid, cri.LabelContainerName: name},
-		Annotations: map[string]string{cri.AnnotationRestartCount: "0"},
-		Linux:       &runtimeapi.LinuxContainerConfig{Resources: res},
-	}
-	sbCfg := &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: "p-" + p.uid[:8], Namespace: "default", Uid: p.uid},
-		Linux:    &runtimeapi.LinuxPodSandboxConfig{CgroupParent: "/kubepods/burstable/pod" + p.uid},
-	}
-	created, err := e.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: p.sandbox, Config: cfg, SandboxConfig: sbCfg})
-	if err != nil {
-		t.Fatalf("CreateContainer: %v", err)
-	}
-	if _, err := e.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
-		t.Fatalf("StartContainer: %v", err)
-	}
-	ct, err := e.cri.Get(ctx, created.ContainerId)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("container %s %s pid %d cgroupsPath %s", name, ct.ID[:12], ct.PID, ct.CgroupsPath)
-	return ct
-}
-
-func (e *criEnv) resize(t *testing.T, p pod, name string, req, lim res, pol []corev1.ContainerResizePolicy) intent.Intent {
-	t.Helper()
-	s := intent.Spec{Target: intent.Target{Name: name, PodUID: p.uid}, ResizePolicy: pol}
+	s := intent.Spec{Target: intent.Target{Name: name, PodUID: p.UID}, ResizePolicy: pol}
 	s.Resources.Requests, s.Resources.Limits = list(req), list(lim)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -165,7 +77,7 @@ func (e *criEnv) exec(t *testing.T, id string, cmd ...string) (int32, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	r, err := e.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: 50})
+	r, err := e.RT.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: 50})
 	if err != nil {
 		t.Fatalf("ExecSync %v: %v", cmd, err)
 	}
@@ -175,7 +87,7 @@ func (e *criEnv) exec(t *testing.T, id string, cmd ...string) (int32, string) {
 // sameContainer checks that the container was not restarted.
 func (e *criEnv) sameContainer(t *testing.T, before cri.Container) {
 	t.Helper()
-	now, err := e.cri.Get(context.Background(), before.ID)
+	now, err := e.CRI.Get(context.Background(), before.ID)
 	if err != nil {
 		t.Fatalf("the container is gone: %v", err)
 	}
@@ -211,7 +123,7 @@ func TestCRIResizeCPUWithoutRestart(t *testing.T) {
 		if got := cgrouptest.ReadFile(t, e.mnt, cg, "cpu.max"); got != step.cpuMax {
 			t.Errorf("kernel cpu.max = %q, want %q", got, step.cpuMax)
 		}
-		st, err := e.cri.Get(context.Background(), ct.ID)
+		st, err := e.CRI.Get(context.Background(), ct.ID)
 		if err != nil || st.Resources.CPUQuota != step.quota {
 			t.Errorf("containerd's record: quota %d (%v), want %d", st.Resources.CPUQuota, err, step.quota)
 		}
@@ -245,7 +157,7 @@ func TestCRIMemoryResize(t *testing.T) {
 	if got := cgrouptest.ReadFile(t, e.mnt, cg, "memory.max"); got != "100663296" {
 		t.Errorf("kernel memory.max = %s", got)
 	}
-	if st, _ := e.cri.Get(context.Background(), ct.ID); st.Resources.MemoryLimit != 96<<20 {
+	if st, _ := e.CRI.Get(context.Background(), ct.ID); st.Resources.MemoryLimit != 96<<20 {
 		t.Errorf("containerd's record: memory limit %d", st.Resources.MemoryLimit)
 	}
 	if code, out := e.exec(t, ct.ID, alloc...); code != 0 {
@@ -285,7 +197,7 @@ func TestCRIRestartContainerPolicy(t *testing.T) {
 	if !it.Status.Restarted || it.Status.ContainerID == main.ID {
 		t.Fatalf("not restarted: %+v", it.Status)
 	}
-	now, err := e.cri.Find(context.Background(), p.uid, "main")
+	now, err := e.CRI.Find(context.Background(), p.UID, "main")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +211,7 @@ func TestCRIRestartContainerPolicy(t *testing.T) {
 	if got := cgrouptest.ReadFile(t, e.mnt, e.cgroupOf(t, now), "cpu.max"); got != "50000 100000" {
 		t.Errorf("new container kept cpu.max = %s", got)
 	}
-	if _, err := e.cri.Get(context.Background(), main.ID); err == nil {
+	if _, err := e.CRI.Get(context.Background(), main.ID); err == nil {
 		t.Error("the old container still exists")
 	}
 	e.sameContainer(t, side)

@@ -10,8 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/resizer/resize-agent/agent"
@@ -22,7 +20,6 @@ import (
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
-	"github.com/resizer/resize-agent/cri"
 )
 
 // driftInterval is short so the tests are quick; the daemon's default is 10s.
@@ -266,28 +263,10 @@ func TestDriftFightBackoff(t *testing.T) {
 // manage: the pod cgroup, which counts it, is no drift, and is restored to
 // the sum when written.
 func TestDriftRestoreCRIContainer(t *testing.T) {
-	mnt, _ := cgrouptest.Real(t)
-	if _, err := os.Stat(criSocket); err != nil {
-		if os.Getenv(cgrouptest.RequireEnv) == "1" {
-			t.Fatalf("containerd's socket is required here: %v", err)
-		}
-		t.Skipf("needs containerd at %s (run make test-vm): %v", criSocket, err)
-	}
-	conn, err := grpc.NewClient("unix://"+criSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	cc, err := cri.Dial(criSocket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
 	m := metrics.New(prometheus.NewRegistry())
-	srv := agenttest.ServeWith(t, cgroup.New(cgroup.WithMountpoint(mnt)), admission.Capacity{MilliCPU: 4000, Memory: 2 << 30},
-		agent.WithRuntime(cc), agent.WithMetrics(m))
-	runDrift(t, srv.Agent)
-	e := &criEnv{mnt: mnt, rt: runtimeapi.NewRuntimeServiceClient(conn), c: api.NewClient(srv.Socket), cri: cc}
+	e := setupCRI(t, admission.Capacity{MilliCPU: 4000, Memory: 2 << 30}, agent.WithMetrics(m))
+	runDrift(t, e.a)
+	mnt, cc := e.mnt, e.CRI
 
 	p := e.runPod(t)
 	ct := e.runContainer(t, p, "app", &runtimeapi.LinuxContainerResources{CpuPeriod: 100000, CpuQuota: 20000, CpuShares: 205},
@@ -301,27 +280,27 @@ func TestDriftRestoreCRIContainer(t *testing.T) {
 		t.Fatalf("pod cpu.max = %q, want app 400m + side 100m", got)
 	}
 	time.Sleep(3 * driftInterval)
-	if ds := driftIntents(srv.Agent); len(ds) != 0 {
-		t.Fatalf("drift found with nothing written: %+v", containerInfo(t, srv.Agent, "app").Drift)
+	if ds := driftIntents(e.a); len(ds) != 0 {
+		t.Fatalf("drift found with nothing written: %+v", containerInfo(t, e.a, "app").Drift)
 	}
 
 	cgrouptest.SetFile(t, mnt, podCg, "cpu.max", "max 100000")
 	took := waitFile(t, mnt, podCg, "cpu.max", "50000 100000", 4*driftInterval+5*time.Second)
 	t.Logf("pod cpu.max restored in %v", took)
-	waitFor(t, "pod drift cleared", 10*time.Second, func() bool { return containerInfo(t, srv.Agent, "app").Drift == nil })
+	waitFor(t, "pod drift cleared", 10*time.Second, func() bool { return containerInfo(t, e.a, "app").Drift == nil })
 
 	cgrouptest.SetFile(t, mnt, cg, "cpu.max", "max 100000")
 	took = waitFile(t, mnt, cg, "cpu.max", "40000 100000", 4*driftInterval+5*time.Second)
 	t.Logf("container cpu.max restored in %v", took)
 	var d intent.Intent
 	waitFor(t, "drift intent settled", 10*time.Second, func() bool {
-		ds := driftIntents(srv.Agent)
+		ds := driftIntents(e.a)
 		if len(ds) == 2 {
 			d = ds[1]
 		}
 		return len(ds) == 2 && d.Status.State.Terminal()
 	})
-	if d.Status.State != intent.Completed || d.Status.Via != "runtime" || d.Spec.Target.PodUID != p.uid {
+	if d.Status.State != intent.Completed || d.Status.Via != "runtime" || d.Spec.Target.PodUID != p.UID {
 		t.Errorf("drift intent: %s via %q target %+v: %s", d.Status.State, d.Status.Via, d.Spec.Target, d.Status.Message)
 	}
 	st, err := cc.Get(context.Background(), ct.ID)

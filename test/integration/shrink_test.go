@@ -204,7 +204,7 @@ func TestCRIShrinkReclaimable(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	ct, err := e.cri.Get(context.Background(), ct.ID) // after exec, same process
+	ct, err := e.CRI.Get(context.Background(), ct.ID) // after exec, same process
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestCRIShrinkReclaimable(t *testing.T) {
 	if got := cgrouptest.ReadFile(t, e.mnt, cg, "memory.high"); got != "max" {
 		t.Errorf("memory.high = %s, want it restored to max", got)
 	}
-	if st, _ := e.cri.Get(context.Background(), ct.ID); st.Resources.MemoryLimit != 32<<20 {
+	if st, _ := e.CRI.Get(context.Background(), ct.ID); st.Resources.MemoryLimit != 32<<20 {
 		t.Errorf("containerd's record: memory limit %d, want 32Mi", st.Resources.MemoryLimit)
 	}
 	if ev := cgrouptest.ReadFile(t, e.mnt, cg, "memory.events"); !strings.Contains(ev, "oom_kill 0") {
