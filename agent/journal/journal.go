@@ -70,8 +70,8 @@ type Option func(*Journal)
 func WithHistory(n int) Option { return func(j *Journal) { j.history = n } }
 
 // WithCompactAt sets the size from which the file is compacted (default
-// 1 MiB); it is also compacted whenever it has doubled since the last
-// compaction.
+// 1 MiB): at the first write after Open if it is that large already, then
+// whenever it has doubled since the last compaction.
 func WithCompactAt(bytes int64) Option { return func(j *Journal) { j.compactAt = bytes } }
 
 // Journal is safe for concurrent use.
@@ -192,7 +192,9 @@ func (j *Journal) replay() error {
 		f.Close()
 		return err
 	}
-	j.f, j.size, j.base = f, good, good
+	// base 0: a file already past the threshold is compacted at the first
+	// write, since much of what a restart replays is dead.
+	j.f, j.size = f, good
 	last := map[string]Record{}
 	for id, e := range j.index {
 		var r Record

@@ -354,3 +354,20 @@ func TestCrashMidCompaction(t *testing.T) {
 		t.Errorf("temporary file left: %v", err)
 	}
 }
+
+// TestCompactAfterOpen: a file past the threshold at Open is compacted at
+// the first write.
+func TestCompactAfterOpen(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir, WithCompactAt(1<<40))
+	for i := uint64(1); i <= 50; i++ {
+		mustAppend(t, j, rec(i, fmt.Sprint(i), "c", intent.Proposed), rec(i, fmt.Sprint(i), "c", intent.Failed))
+	}
+	j.Close()
+	j = open(t, dir, WithCompactAt(1<<10), WithHistory(3))
+	defer j.Close()
+	mustAppend(t, j, rec(51, "51", "c", intent.Proposed))
+	if st := j.Stats(); st.Compactions != 1 || st.Intents != 4 {
+		t.Errorf("stats %+v, want 1 compaction and 4 intents", st)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/api"
 	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/journal"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 )
 
@@ -302,6 +303,34 @@ func maps(m map[string]bool) []string {
 	return out
 }
 
+// seedJournal fills the journal with terminal history of a container long gone,
+// past the compaction threshold (1 MiB): every daemon then compacts at its
+// first write, so that kills land during compactions too.
+func seedJournal(t *testing.T, stateDir string) {
+	j, err := journal.Open(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	now := time.Now()
+	var last journal.Ticket
+	for i := 1; ; i++ {
+		id := fmt.Sprintf("seed-%04d", i)
+		s := intent.Spec{ID: id, Target: intent.Target{Name: "gone", CgroupPath: "/resize-agent-test/gone"}}
+		s.Resources.Limits = list(map[corev1.ResourceName]string{corev1.ResourceCPU: "1", corev1.ResourceMemory: "1Gi"})
+		last = j.Append(journal.Record{Seq: uint64(i), Container: s.Target.CgroupPath, Intent: intent.Intent{ID: id, Spec: s,
+			Status: intent.Status{State: intent.Failed, Reason: intent.ReasonContainerGone, Message: "seeded history", AcceptedAt: now, UpdatedAt: now, CompletedAt: &now}}})
+		if i%100 == 0 {
+			if err := j.Wait(last); err != nil {
+				t.Fatal(err)
+			}
+			if st := j.Stats(); st.Size > 1<<20+1<<18 {
+				return
+			}
+		}
+	}
+}
+
 // TestKillNineLosesNothing is the crash test (see the package doc).
 func TestKillNineLosesNothing(t *testing.T) {
 	mnt, base := cgrouptest.Real(t)
@@ -327,7 +356,19 @@ func TestKillNineLosesNothing(t *testing.T) {
 	var inFlight, reappliedTotal, ran int
 	var readies, replays []time.Duration
 	total := map[intent.State]int{}
+	stateDir := filepath.Join(dir, "state")
+	jpath := filepath.Join(stateDir, journal.FileName)
+	seedJournal(t, stateDir)
+	inode := func() uint64 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(jpath, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	var compactions, midCompaction int
 	d := h.start(0)
+	ino := inode()
 	for cycle := 1; cycle <= cycles; cycle++ {
 		stop := make(chan struct{})
 		wg := h.submit(cycle, rng, stop)
@@ -335,6 +376,15 @@ func TestKillNineLosesNothing(t *testing.T) {
 		d.kill(t)
 		close(stop)
 		wg.Wait()
+		// A compaction renames a new file over the journal; one cut short
+		// leaves its temporary file.
+		if n := inode(); n != ino {
+			compactions++
+			ino = n
+		}
+		if _, err := os.Stat(jpath + ".tmp"); err == nil {
+			midCompaction++
+		}
 
 		d = h.start(cycle)
 		requeued, took := d.recovery(t)
@@ -369,6 +419,7 @@ func TestKillNineLosesNothing(t *testing.T) {
 	slices.Sort(replays)
 	t.Logf("%d cycles in %v: %d kills with intents in flight (not terminal in the journal), %d acknowledged intents, %d applied again after a kill; final %v",
 		ran, time.Since(begin).Round(time.Millisecond), inFlight, len(h.acked), reappliedTotal, total)
+	t.Logf("%d compactions seen, %d kills during one", compactions, midCompaction)
 	t.Logf("recovery: replay median %v max %v; exec to serving median %v max %v; journal %d bytes",
 		replays[len(replays)/2], replays[len(replays)-1], readies[len(readies)/2].Round(time.Millisecond), readies[len(readies)-1].Round(time.Millisecond), size)
 	if inFlight == 0 {
