@@ -8,6 +8,7 @@ import (
 
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/journal"
+	"github.com/resizer/resize-agent/cgroup"
 )
 
 // Journal makes intents durable; *journal.Journal implements it. Append
@@ -150,6 +151,7 @@ func (a *Agent) Recover() (Recovery, error) {
 	}
 	if len(resumed) > 0 {
 		for _, c := range resumed {
+			a.releaseMemoryHighLocked(c)
 			a.kickLocked(c)
 		}
 		// Nothing else runs yet: the workers are those just kicked, and
@@ -286,4 +288,32 @@ func (a *Agent) acceptLocked(c *container, r *record) {
 		a.kickLocked(c)
 	}
 	a.evictLocked()
+}
+
+// releaseMemoryHighLocked puts memory.high of a container whose intent was
+// being applied at the crash (and of its pod) back to max. The agent sets
+// memory.high only while it shrinks memory (shrink.go), and restores it
+// after; a crash in between would leave the container throttled at the old
+// target, and the shrink run again by the re-apply would take that lowered
+// value for the one to restore. The kubelet leaves memory.high alone
+// (unless its alpha MemoryQoS gate is on), so max is what was there.
+func (a *Agent) releaseMemoryHighLocked(c *container) {
+	ms, ok := a.cg.(memoryShrinker)
+	if !ok {
+		return
+	}
+	for _, p := range []string{c.cgroup, c.pod} {
+		if p == "" {
+			continue
+		}
+		m, err := ms.ReadMemory(p)
+		if err != nil || m.High == cgroup.Unlimited {
+			continue
+		}
+		if err := ms.SetMemoryHigh(p, cgroup.Unlimited); err != nil {
+			a.log.Warn("journal: cannot restore memory.high left by an interrupted shrink", "cgroup", p, "err", err)
+			continue
+		}
+		a.log.Info("journal: memory.high left lowered by an interrupted shrink restored to max", "cgroup", p, "was", m.High)
+	}
 }

@@ -158,10 +158,15 @@ func TestRecoverInProgressAppliedAgain(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// As an interrupted shrink would leave it.
+	cgrouptest.SetFile(t, root, "/pod/web", "memory.high", "104857600")
 	a2, _, _ := journaled(t, root, crash(t, dir), big)
 	recoverAgent(t, a2)
 	got := settle(t, a2, it.ID)
 	want(t, got, intent.Completed, "")
+	if v := cgrouptest.ReadFile(t, root, "/pod/web", "memory.high"); v != "max" {
+		t.Errorf("memory.high %q after recovery, want max", v)
+	}
 	if got.Status.Attempts != 2 {
 		t.Errorf("attempts %d, want 2", got.Status.Attempts)
 	}

@@ -165,6 +165,9 @@ func fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusServiceUnavailable, "RuntimeUnavailable", err)
 	case errors.Is(err, agent.ErrShuttingDown):
 		writeError(w, http.StatusServiceUnavailable, "ShuttingDown", err)
+	case errors.Is(err, agent.ErrJournal):
+		// Not accepted, as it could not be made durable: retry later.
+		writeError(w, http.StatusServiceUnavailable, "JournalUnavailable", err)
 	default:
 		writeError(w, http.StatusInternalServerError, "Internal", err)
 	}

@@ -344,6 +344,14 @@ func (j *Journal) Wait(t Ticket) error {
 	return j.err
 }
 
+// Err returns the write error that broke the journal, nil while it works.
+// Once broken it refuses every append until reopened.
+func (j *Journal) Err() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.err
+}
+
 // Stats returns the journal's figures.
 func (j *Journal) Stats() Stats {
 	j.mu.Lock()

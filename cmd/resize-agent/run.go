@@ -83,6 +83,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		defer w.Close()
 		agentOpts = append(agentOpts, agent.WithExitWatcher(w))
 	}
+	var broken func() error // a journal that cannot write makes the agent not ready
 	if o.StateDir != "" {
 		j, err := journal.Open(o.StateDir)
 		if err != nil {
@@ -95,6 +96,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 			}
 		}()
 		agentOpts = append(agentOpts, agent.WithJournal(j))
+		broken = j.Err
 	} else {
 		log.Warn("no state-dir: intents are not journaled, and those not done are lost when the agent stops")
 	}
@@ -108,7 +110,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 
 	var ready atomic.Bool
 	mux := api.NewHandler(a)
-	addOps(mux, reg, &ready)
+	addOps(mux, reg, &ready, broken)
 
 	var servers []*http.Server
 	errc := make(chan error, 3)
@@ -152,7 +154,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 			return fmt.Errorf("metrics-address: %w", err)
 		}
 		ops := http.NewServeMux()
-		addOps(ops, reg, &ready)
+		addOps(ops, reg, &ready, broken)
 		metricsAddr = l.Addr().String()
 		serve("metrics", l, ops, nil)
 	}
@@ -262,13 +264,22 @@ func requireToken(token string, h http.Handler) http.Handler {
 	})
 }
 
-func addOps(mux *http.ServeMux, reg *prometheus.Registry, ready *atomic.Bool) {
+// addOps adds the metrics, liveness and readiness endpoints; broken, when
+// not nil, reports what makes the agent unable to accept intents (a failed
+// journal).
+func addOps(mux *http.ServeMux, reg *prometheus.Registry, ready *atomic.Bool, broken func() error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
+		}
+		if broken != nil {
+			if err := broken(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
 		}
 		fmt.Fprintln(w, "ok")
 	})
