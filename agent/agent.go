@@ -1106,6 +1106,7 @@ func (a *Agent) forgetLocked(c *container, why string) {
 		a.exits.Unwatch(c.cgroup)
 	}
 	delete(a.containers, c.key)
+	a.journalForgetLocked(c)
 	a.ledger.Release(c.key)
 	a.log.Info("container forgotten", "container", c.name, "cgroup", c.cgroup, "why", why)
 	a.retryDeferredLocked()

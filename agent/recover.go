@@ -63,6 +63,11 @@ func (a *Agent) Recover() (Recovery, error) {
 	newest := map[string]*journal.Record{}
 	for i := range recs {
 		jr := &recs[i]
+		if jr.Forget() {
+			// Forgotten since: it comes back only with a later intent.
+			delete(lastCompleted, jr.Container)
+			continue
+		}
 		newest[jr.Container] = jr // recs are in acceptance order
 		done := jr.Intent.Status.State.Terminal()
 		if jr.Intent.Status.State == intent.Completed && jr.Resources != nil {
@@ -106,6 +111,9 @@ func (a *Agent) Recover() (Recovery, error) {
 		out.Containers++
 	}
 	for _, jr := range recs {
+		if jr.Forget() {
+			continue
+		}
 		r := &record{Intent: jr.Intent, seq: jr.Seq, key: jr.Container}
 		a.seq = max(a.seq, r.seq)
 		if _, dup := a.intents[r.ID]; dup {
@@ -316,4 +324,14 @@ func (a *Agent) releaseMemoryHighLocked(c *container) {
 		}
 		a.log.Info("journal: memory.high left lowered by an interrupted shrink restored to max", "cgroup", p, "was", m.High)
 	}
+}
+
+// journalForgetLocked records that c is no longer managed, so that a
+// restart does not bring back what its last intent gave it.
+func (a *Agent) journalForgetLocked(c *container) {
+	if a.journal == nil {
+		return
+	}
+	a.seq++
+	a.journal.Append(journal.ForgetRecord(a.seq, c.key))
 }

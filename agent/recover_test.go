@@ -405,3 +405,32 @@ func TestSameIDWhileJournaling(t *testing.T) {
 		t.Errorf("%d intents", len(l))
 	}
 }
+
+// TestRecoverForgottenStaysForgotten: a container forgotten before the
+// crash does not come back with its last intent's resources, nor hold them
+// on the ledger, while another one does.
+func TestRecoverForgottenStaysForgotten(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/a", "/b")
+	dir := t.TempDir()
+	a1, _, _ := journaled(t, root, dir, big)
+	want(t, submit(t, a1, spec("a", "/a", map[string]string{"cpu": "1"}, nil)), intent.Completed, "")
+	want(t, submit(t, a1, spec("b", "/b", map[string]string{"cpu": "500m"}, nil)), intent.Completed, "")
+	if err := a1.Forget("a"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; !strings.Contains(readJournal(t, dir), `"Forgotten"`); i++ {
+		if i > 500 {
+			t.Fatal("the forget never reached the journal")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a2, _, l2 := journaled(t, root, crash(t, dir), big)
+	recoverAgent(t, a2)
+	cs := a2.Containers()
+	if len(cs) != 1 || cs[0].Name != "b" {
+		t.Errorf("containers after recovery: %+v", cs)
+	}
+	if got := l2.Allocated().MilliCPU; got != 500 {
+		t.Errorf("allocated %dm after recovery, want b's 500m", got)
+	}
+}

@@ -38,6 +38,21 @@ type Record struct {
 	Resources *Resources `json:"resources,omitempty"`
 }
 
+// Forgotten marks a record that says the agent stopped managing a
+// container (Forget, or it exited): its last Completed intent must then not
+// give it its resources back after a restart. Compaction drops such a
+// marker together with what it cancels.
+const Forgotten intent.State = "Forgotten"
+
+// ForgetRecord is the marker for the container key, at seq (after every
+// intent of the container).
+func ForgetRecord(seq uint64, key string) Record {
+	return Record{Seq: seq, Container: key, Intent: intent.Intent{ID: "forget:" + key, Status: intent.Status{State: Forgotten}}}
+}
+
+// Forget reports whether r is a ForgetRecord.
+func (r Record) Forget() bool { return r.Intent.Status.State == Forgotten }
+
 // Resources is what a container was given, and which resources intents
 // have declared (the agent writes only those).
 type Resources struct {
@@ -456,10 +471,13 @@ func (j *Journal) compact() error {
 		all = append(all, e)
 	}
 	slices.SortFunc(all, func(a, b entry) int { return cmpSeq(a.seq, b.seq) })
-	lastCompleted := map[string]uint64{}
+	lastCompleted, forgotten := map[string]uint64{}, map[string]uint64{}
 	for _, e := range all {
-		if e.state == intent.Completed {
+		switch e.state {
+		case intent.Completed:
 			lastCompleted[e.key] = e.seq
+		case Forgotten:
+			forgotten[e.key] = e.seq
 		}
 	}
 	history := 0
@@ -467,7 +485,11 @@ func (j *Journal) compact() error {
 	for i := len(all) - 1; i >= 0; i-- {
 		e := all[i]
 		switch {
-		case !e.state.Terminal(), lastCompleted[e.key] == e.seq && e.state == intent.Completed:
+		case e.state == Forgotten:
+			// Dropped with the Completed intent it cancels, or alone when
+			// a later Completed intent makes it moot.
+		case lastCompleted[e.key] == e.seq && e.state == intent.Completed && forgotten[e.key] < e.seq,
+			!e.state.Terminal():
 			keep[i] = true
 		case history < j.history:
 			keep[i] = true
