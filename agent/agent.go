@@ -526,7 +526,7 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 		mem: c.mem || r.change.Touches(corev1.ResourceMemory),
 	}
 	job.restart = c.runtimeID != "" && needsRestart(r.Spec, old, want)
-	job.ctr = level{path: c.cgroup, want: want.Cgroup(a.period, job.cpu, job.mem)}
+	job.ctr = level{path: c.cgroup, want: a.stored(c.cgroup, want.Cgroup(a.period, job.cpu, job.mem))}
 	if c.pod != "" {
 		pcpu, pmem := job.cpu, job.mem
 		for _, o := range a.containers {
@@ -534,7 +534,7 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 				pcpu, pmem = pcpu || o.cpu, pmem || o.mem
 			}
 		}
-		job.pod = &level{path: c.pod, want: podResources(a.podMembersLocked(c, want, others)).Cgroup(a.period, pcpu, pmem)}
+		job.pod = &level{path: c.pod, want: a.stored(c.pod, podResources(a.podMembersLocked(c, want, others)).Cgroup(a.period, pcpu, pmem))}
 	}
 	a.mu.Unlock()
 

@@ -218,7 +218,7 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 			if p.podUID != "" && a.rt != nil {
 				p.others = a.unmanagedMembers(p.podUID)
 			}
-			p.podWant = p.podWantWith(p.c.res, a.period)
+			p.podWant = a.stored(p.pod, p.podWantWith(p.c.res, a.period))
 		}
 		p.st, p.readErr = a.cg.Read(p.path)
 		if p.readErr != nil {
@@ -274,7 +274,7 @@ func (a *Agent) probesLocked() []*probe {
 		if (!c.cpu && !c.mem) || !idle(c) {
 			continue
 		}
-		p := &probe{c: c, path: c.cgroup, want: c.res.Cgroup(a.period, c.cpu, c.mem), last: map[string]string{c.key: c.last}}
+		p := &probe{c: c, path: c.cgroup, want: a.stored(c.cgroup, c.res.Cgroup(a.period, c.cpu, c.mem)), last: map[string]string{c.key: c.last}}
 		if members := pods[c.pod]; c.pod != "" && speaker(members) == c && !slices.ContainsFunc(members, func(o *container) bool { return !idle(o) }) {
 			p.pod, p.podUID, p.managed = c.pod, c.podUID, map[string]bool{}
 			for _, o := range members {
@@ -409,7 +409,7 @@ func (a *Agent) actLocked(p *probe) {
 			}
 			if p.podSt != nil {
 				// The pod's values follow from the adopted ones now.
-				p.podFiles = differ(p.pod, *p.podSt, p.podWantWith(c.res, a.period), a.cg.PageSize())
+				p.podFiles = differ(p.pod, *p.podSt, a.stored(p.pod, p.podWantWith(c.res, a.period)), a.cg.PageSize())
 			}
 			if len(p.podFiles) == 0 {
 				d.info, d.sig = nil, "" // the files hold the container's values now

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cri"
 )
 
@@ -83,4 +84,22 @@ func fromRuntime(r cri.Resources) intent.Resources {
 		out.MemoryLimit = r.MemoryLimit
 	}
 	return out
+}
+
+// storer is the optional part of Cgroups that says what the files will hold
+// once r is written to a path: with the systemd driver, CPU quotas rounded
+// up to whole 10 ms per second as systemd (and runc) store them.
+// *cgroup.Manager has it.
+type storer interface {
+	Stored(path string, r cgroup.Resources) cgroup.Resources
+}
+
+// stored is what path's files will hold once r is written there, so that
+// comparisons with the files (no change, verification, drift) are not
+// fooled by the driver's rounding.
+func (a *Agent) stored(path string, r cgroup.Resources) cgroup.Resources {
+	if s, ok := a.cg.(storer); ok {
+		return s.Stored(path, r)
+	}
+	return r
 }
