@@ -359,7 +359,8 @@ func checkDeployment(t *testing.T, objs []k8sruntime.Object, flags map[string]st
 	wantMount("/sys/kernel/btf", corev1.HostPathDirectory, true)
 	wantMount("/sys/fs/bpf", corev1.HostPathDirectoryOrCreate, false)
 	wantMount("/sys/kernel/tracing", corev1.HostPathDirectoryOrCreate, true)
-	if len(mounts) != 7 || len(host) != 7 {
+	wantMount("/run/systemd", corev1.HostPathDirectoryOrCreate, false)
+	if len(mounts) != 8 || len(host) != 8 {
 		t.Errorf("%d mounts, %d volumes: every host path must be listed here with its reason", len(mounts), len(host))
 	}
 	// The metrics port.
