@@ -971,10 +971,18 @@ func (a *Agent) Watch(ctx context.Context, f Filter) <-chan Event {
 	a.mu.Lock()
 	ch := a.hub.subscribe(f)
 	var initial []Event
-	for _, id := range a.order {
-		r := a.intents[id]
-		if f.match(&r.Intent) && (!r.Status.State.Terminal() || f.IntentID != "") {
+	if f.IntentID != "" {
+		// One intent, whatever its state: no scan of the history, which
+		// every client waiting for its resize would otherwise pay.
+		if r, ok := a.intents[f.IntentID]; ok && f.match(&r.Intent) {
 			initial = append(initial, Event{"ADDED", r.Intent})
+		}
+	} else {
+		for _, id := range a.order {
+			r := a.intents[id]
+			if f.match(&r.Intent) && !r.Status.State.Terminal() {
+				initial = append(initial, Event{"ADDED", r.Intent})
+			}
 		}
 	}
 	a.mu.Unlock()

@@ -47,6 +47,7 @@ type Ledger struct {
 	mu          sync.Mutex
 	allocatable Capacity
 	alloc       map[string]Capacity
+	total       Capacity // the sum of alloc, kept so that admission is O(1)
 }
 
 // NewLedger returns an empty ledger for a node with this much allocatable.
@@ -62,7 +63,7 @@ func (l *Ledger) Reserve(key string, req Capacity) Decision {
 	defer l.mu.Unlock()
 	d := l.check(key, req)
 	if d.Verdict == Fit {
-		l.alloc[key] = req
+		l.setLocked(key, req)
 	}
 	return d
 }
@@ -110,6 +111,11 @@ func (l *Ledger) check(key string, req Capacity) Decision {
 func (l *Ledger) Set(key string, req Capacity) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.setLocked(key, req)
+}
+
+func (l *Ledger) setLocked(key string, req Capacity) {
+	l.total = l.total.sub(l.alloc[key]).add(req)
 	l.alloc[key] = req
 }
 
@@ -124,6 +130,7 @@ func (l *Ledger) Get(key string) Capacity {
 func (l *Ledger) Release(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.total = l.total.sub(l.alloc[key])
 	delete(l.alloc, key)
 }
 
@@ -141,10 +148,4 @@ func (l *Ledger) Allocated() Capacity {
 	return l.allocatedLocked()
 }
 
-func (l *Ledger) allocatedLocked() Capacity {
-	var sum Capacity
-	for _, c := range l.alloc {
-		sum = sum.add(c)
-	}
-	return sum
-}
+func (l *Ledger) allocatedLocked() Capacity { return l.total }
