@@ -151,32 +151,35 @@ func (m *Manager) Read(p string) (State, error) {
 // controller's statistics), so they are read by hand.
 func (m *Manager) read(d string) (State, error) {
 	var s State
-	raw, err := readFile(d, FileCPUMax)
-	if err != nil {
-		return s, err
-	}
-	if s.CPUMax, err = ParseCPUMax(raw); err != nil {
-		return s, err
-	}
-	if raw, err = readFile(d, FileCPUWeight); err != nil {
-		return s, err
-	}
-	if s.CPUWeight, err = strconv.ParseUint(raw, 10, 64); err != nil {
-		return s, fmt.Errorf("%w: cpu.weight %q", ErrParse, raw)
-	}
-	if raw, err = readFile(d, FileMemoryMax); err != nil {
-		return s, err
-	}
-	if s.MemoryMax, err = parseMax(raw); err != nil {
-		return s, err
-	}
-	if raw, err = readFile(d, FileMemoryCurrent); err != nil {
-		return s, err
-	}
-	if s.MemoryCurrent, err = parseMax(raw); err != nil {
-		return s, err
+	for _, f := range []string{FileCPUMax, FileCPUWeight, FileMemoryMax, FileMemoryCurrent} {
+		if err := readInto(d, f, &s); err != nil {
+			return s, err
+		}
 	}
 	return s, nil
+}
+
+// readInto reads one of the files State holds into s.
+func readInto(d, file string, s *State) error {
+	raw, err := readFile(d, file)
+	if err != nil {
+		return err
+	}
+	switch file {
+	case FileCPUMax:
+		s.CPUMax, err = ParseCPUMax(raw)
+	case FileCPUWeight:
+		if s.CPUWeight, err = strconv.ParseUint(raw, 10, 64); err != nil {
+			err = fmt.Errorf("%w: cpu.weight %q", ErrParse, raw)
+		}
+	case FileMemoryMax:
+		s.MemoryMax, err = parseMax(raw)
+	case FileMemoryCurrent:
+		s.MemoryCurrent, err = parseMax(raw)
+	default:
+		err = fmt.Errorf("%w: %s is not a file State holds", ErrParse, file)
+	}
+	return err
 }
 
 func readFile(dir, name string) (string, error) {
@@ -217,6 +220,9 @@ func (m *Manager) Write(p string, r Resources) error {
 		if err != nil {
 			return errors.Join(err, m.restore(clean, d, done))
 		}
+		if old == v.Data && m.failWrite == nil {
+			continue // holds it already: nothing to write, undo or check
+		}
 		if m.failWrite != nil {
 			err = m.failWrite(v.File)
 		}
@@ -224,7 +230,7 @@ func (m *Manager) Write(p string, r Resources) error {
 			err = writeOne(lib, clean, d, r, v)
 		}
 		if err == nil {
-			err = m.verify(clean, d, r.Only(v.File))
+			err = m.verify(clean, d, v.File, r.Only(v.File))
 		}
 		done = append(done, Value{v.File, old})
 		if err != nil {
@@ -254,11 +260,33 @@ func writeOne(lib *cgroup2.Manager, clean, dir string, r Resources, v Value) err
 	return nil
 }
 
-func (m *Manager) verify(clean, d string, r Resources) error {
+// verify reads back the one file just written.
+func (m *Manager) verify(clean, d, file string, r Resources) error {
+	var s State
+	if err := readInto(d, file, &s); err != nil {
+		return err
+	}
+	if !s.Matches(r, m.pageSize) {
+		got, _ := readFile(d, file)
+		want := ""
+		if v := r.Values(); len(v) == 1 {
+			want = v[0].Data
+		}
+		return fmt.Errorf("%w: %s %s holds %q after writing %q", ErrVerify, clean, file, got, want)
+	}
+	return nil
+}
+
+// verifyAll reads back every file of r.
+func (m *Manager) verifyAll(clean, d string, r Resources) error {
 	s, err := m.read(d)
 	if err != nil {
 		return err
 	}
+	return m.check(clean, s, r)
+}
+
+func (m *Manager) check(clean string, s State, r Resources) error {
 	if !s.Matches(r, m.pageSize) {
 		return fmt.Errorf("%w: %s holds cpu.max=%q cpu.weight=%d memory.max=%s",
 			ErrVerify, clean, s.CPUMax, s.CPUWeight, formatMax(s.MemoryMax))

@@ -207,7 +207,7 @@ func (m *Manager) applyUnit(clean, d, unit string, r Resources) error {
 	want := SystemdStored(r)
 	deadline := time.Now().Add(m.sd.applyWait)
 	for {
-		err := m.verify(clean, d, want)
+		err := m.verifyAll(clean, d, want)
 		if err == nil || !errors.Is(err, ErrVerify) || time.Now().After(deadline) {
 			return err
 		}
