@@ -26,14 +26,18 @@ const (
 	testGID        = 4242
 )
 
-// TestPeerChild is the child of the peer tests: run as another user, it
-// asks the API on the socket in childSocketEnv for /v1/node and prints the
-// status and body.
-func TestPeerChild(t *testing.T) {
-	sock := os.Getenv(childSocketEnv)
-	if sock == "" {
-		t.Skip("only run as the child of TestPeerCredentials")
+func TestMain(m *testing.M) {
+	if sock := os.Getenv(childSocketEnv); sock != "" {
+		peerChild(sock)
+		os.Exit(0)
 	}
+	os.Exit(m.Run())
+}
+
+// peerChild is the child of the peer tests, dispatched by TestMain when
+// the test binary runs as another user: it asks the API on the socket in
+// childSocketEnv for /v1/node and prints the status and body, or the error.
+func peerChild(sock string) {
 	code, body, err := getOverUnix(sock, "/v1/node")
 	if err != nil {
 		fmt.Printf("error=%v\n", err)
@@ -55,12 +59,12 @@ func getOverUnix(sock, path string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
-// asUser runs this test binary's TestPeerChild as uid, gid and groups
+// asUser runs this test binary (as peerChild, see TestMain) as uid, gid and groups
 // against sock, and returns what it printed. The binary is copied where
 // that user can run it.
 func asUser(t *testing.T, bin, sock string, uid, gid uint32, groups ...uint32) string {
 	t.Helper()
-	cmd := exec.Command(bin, "-test.run=^TestPeerChild$", "-test.count=1")
+	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Dir = filepath.Dir(bin)
 	cmd.Env = append(os.Environ(), childSocketEnv+"="+sock)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups}}
