@@ -7,16 +7,12 @@ package systemd_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -29,23 +25,19 @@ import (
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 	"github.com/resizer/resize-agent/cri"
+	"github.com/resizer/resize-agent/test/ctrtest"
 )
 
 // RequireEnv, set to 1 where systemd must be PID 1 (the --systemd VM),
 // turns the skip of these tests into a failure.
 const RequireEnv = "RESIZE_AGENT_REQUIRE_SYSTEMD"
 
-const (
-	criSocket    = "/run/containerd/containerd.sock"
-	busyboxImage = "localhost/resize-agent/busybox:latest"
-	mnt          = cgroup.DefaultMountpoint
-)
+const mnt = cgroup.DefaultMountpoint
 
 type env struct {
-	rt  runtimeapi.RuntimeServiceClient
-	cri *cri.Client
-	cg  *cgroup.Manager
-	c   *api.Client
+	*ctrtest.Runtime
+	cg *cgroup.Manager
+	c  *api.Client
 }
 
 func need(t *testing.T, ok bool, format string, args ...any) {
@@ -67,93 +59,38 @@ func setup(t *testing.T) *env {
 	need(t, err == nil, "no systemctl: %v", err)
 	cg := cgroup.New(cgroup.WithDriver(cgroup.DriverSystemd))
 	need(t, cg.Check() == nil, "cgroup v2: %v", cg.Check())
-	_, err = os.Stat(criSocket)
+	_, err = os.Stat(ctrtest.Socket)
 	need(t, err == nil, "containerd: %v", err)
-
-	conn, err := grpc.NewClient("unix://"+criSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	cc, err := cri.Dial(criSocket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	srv := agenttest.ServeWith(t, cg, admission.Capacity{MilliCPU: 4000, Memory: 2 << 30}, agent.WithRuntime(cc))
-	return &env{rt: runtimeapi.NewRuntimeServiceClient(conn), cri: cc, cg: cg, c: api.NewClient(srv.Socket)}
+	rt := ctrtest.Dial(t)
+	srv := agenttest.ServeWith(t, cg, admission.Capacity{MilliCPU: 4000, Memory: 2 << 30}, agent.WithRuntime(rt.CRI))
+	return &env{Runtime: rt, cg: cg, c: api.NewClient(srv.Socket)}
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+type pod struct {
+	ctrtest.Pod
+	slice string
 }
-
-type pod struct{ uid, slice, sandbox string }
 
 // runPod starts a host-network pod in the slice the kubelet's systemd
 // driver gives a Burstable pod.
 func (e *env) runPod(t *testing.T) pod {
 	t.Helper()
-	uid := randHex(4) + "-" + randHex(2) + "-" + randHex(2) + "-" + randHex(2) + "-" + randHex(6)
-	slice, err := cgroup.KubePodSlice("Burstable", uid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	resp, err := e.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sandboxConfig(uid, slice)})
-	if err != nil {
-		t.Fatalf("RunPodSandbox: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		e.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: resp.PodSandboxId})
-		e.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: resp.PodSandboxId})
+	var slice string
+	p := e.RunPod(t, func(uid string) string {
+		var err error
+		if slice, err = cgroup.KubePodSlice("Burstable", uid); err != nil {
+			t.Fatal(err)
+		}
+		return slice
 	})
-	return pod{uid: uid, slice: slice, sandbox: resp.PodSandboxId}
-}
-
-func sandboxConfig(uid, slice string) *runtimeapi.PodSandboxConfig {
-	return &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: "p-" + uid[:8], Namespace: "default", Uid: uid},
-		Labels:   map[string]string{cri.LabelPodUID: uid},
-		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			CgroupParent: slice,
-			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
-			},
-		},
-	}
+	return pod{Pod: p, slice: slice}
 }
 
 // runContainer starts a busybox sleeper in p and returns it with its cgroup
 // (from /proc/<pid>/cgroup), checked against the systemd layout.
 func (e *env) runContainer(t *testing.T, p pod, name string, res *runtimeapi.LinuxContainerResources) (cri.Container, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cfg := &runtimeapi.ContainerConfig{
-		Metadata:    &runtimeapi.ContainerMetadata{Name: name},
-		Image:       &runtimeapi.ImageSpec{Image: busyboxImage},
-		Command:     []string{"/bin/busybox", "sleep", "3600"},
-		Labels:      map[string]string{cri.LabelPodUID: p.uid, cri.LabelContainerName: name},
-		Annotations: map[string]string{cri.AnnotationRestartCount: "0"},
-		Linux:       &runtimeapi.LinuxContainerConfig{Resources: res},
-	}
-	created, err := e.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: p.sandbox, Config: cfg, SandboxConfig: sandboxConfig(p.uid, p.slice)})
-	if err != nil {
-		t.Fatalf("CreateContainer: %v", err)
-	}
-	if _, err := e.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId}); err != nil {
-		t.Fatalf("StartContainer: %v", err)
-	}
-	ct, err := e.cri.Get(ctx, created.ContainerId)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ct := e.RunContainer(t, p.Pod, name, res, "/bin/busybox", "sleep", "3600")
 	path, err := e.cg.PathOf(ct.PID)
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +211,7 @@ func TestSystemdResizeThroughCRI(t *testing.T) {
 		files: map[string]string{"cpu.max": "50000 100000", "memory.max": "67108864"},
 		props: map[string]string{"CPUQuotaPerSecUSec": "500ms", "MemoryMax": "67108864"},
 	})
-	tgt := intent.Target{Name: "app", PodUID: p.uid}
+	tgt := intent.Target{Name: "app", PodUID: p.UID}
 	it := e.resize(t, tgt, res{"cpu": "500m", "memory": "96Mi"}, res{"cpu": "600m", "memory": "96Mi"})
 	if it.Status.Via != "runtime" {
 		t.Errorf("via %q, want runtime: %s", it.Status.Via, it.Status.Message)
@@ -283,7 +220,7 @@ func TestSystemdResizeThroughCRI(t *testing.T) {
 		files: map[string]string{"cpu.max": "60000 100000", "cpu.weight": "59", "memory.max": "100663296"},
 		props: map[string]string{"CPUQuotaPerSecUSec": "600ms", "CPUWeight": "59", "MemoryMax": "100663296"},
 	})
-	st, err := e.cri.Get(context.Background(), ct.ID)
+	st, err := e.CRI.Get(context.Background(), ct.ID)
 	if err != nil || st.Resources.CPUQuota != 60000 || st.Resources.MemoryLimit != 96<<20 {
 		t.Errorf("containerd's record: %+v (%v)", st.Resources, err)
 	}
