@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/resizer/resize-agent/agent/admission"
@@ -50,6 +52,122 @@ func init() {
 	fmt.Println("ready", n, cur())
 	time.Sleep(time.Hour)
 	os.Exit(0)
+}
+
+// RA_HELPER=pagecache writes RA_MB MiB to the file RA_FILE, syncs it so
+// that its pages are clean, reads it back, says so and sleeps: page cache
+// charged to its cgroup, reclaimable without swap.
+func init() {
+	if os.Getenv("RA_HELPER") != "pagecache" {
+		return
+	}
+	mb, _ := strconv.Atoi(os.Getenv("RA_MB"))
+	f, err := os.Create(os.Getenv("RA_FILE"))
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	for i := 0; i < mb; i++ {
+		if _, err := f.Write(buf); err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	if _, err := f.Seek(0, 0); err == nil {
+		for {
+			if _, err := f.Read(buf); err != nil {
+				break
+			}
+		}
+	}
+	fmt.Println("ready")
+	time.Sleep(time.Hour)
+	os.Exit(0)
+}
+
+// pageCacheFS mounts an ext2 filesystem on a loop device for files whose
+// pages are real page cache (the guest's own files are all on tmpfs). The
+// image on tmpfs is filled first, by the test in the root cgroup, so that
+// the loop device's writes into it charge nothing to the container.
+func pageCacheFS(t *testing.T, mb int) string {
+	t.Helper()
+	dir := t.TempDir()
+	img := filepath.Join(dir, "fs.img")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			if os.Getenv(cgrouptest.RequireEnv) == "1" {
+				t.Fatalf("%s %v: %v: %s", name, args, err, out)
+			}
+			t.Skipf("needs %s (the VM harness has it): %v: %s", name, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run("dd", "if=/dev/zero", "of="+img, "bs=1M", fmt.Sprintf("count=%d", mb))
+	dev := attachLoop(t, img)
+	run("mke2fs", "-q", dev)
+	mp := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(dev, mp, "ext4", 0, ""); err != nil {
+		if os.Getenv(cgrouptest.RequireEnv) == "1" {
+			t.Fatalf("mount %s: %v", dev, err)
+		}
+		t.Skipf("mount %s (ext4 driver): %v", dev, err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(mp, 0) })
+	return mp
+}
+
+// attachLoop attaches img to a free loop device (/dev/loop-control), as
+// losetup does, detached when the test ends.
+func attachLoop(t *testing.T, img string) string {
+	t.Helper()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		if os.Getenv(cgrouptest.RequireEnv) == "1" {
+			t.Fatalf("loop devices: %v", err)
+		}
+		t.Skipf("needs loop devices (the VM harness loads the module): %v", err)
+	}
+	defer ctl.Close()
+	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+	if err != nil {
+		t.Fatalf("LOOP_CTL_GET_FREE: %v", err)
+	}
+	dev := fmt.Sprintf("/dev/loop%d", n)
+	if _, err := os.Stat(dev); errors.Is(err, os.ErrNotExist) {
+		if err := unix.Mknod(dev, unix.S_IFBLK|0o600, int(unix.Mkdev(7, uint32(n)))); err != nil {
+			t.Fatalf("mknod %s: %v", dev, err)
+		}
+	}
+	lf, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_SET_FD, int(f.Fd())); err != nil {
+		t.Fatalf("LOOP_SET_FD %s: %v", dev, err)
+	}
+	t.Cleanup(func() {
+		_ = unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_CLR_FD, 0)
+		lf.Close()
+	})
+	return dev
 }
 
 func startAndWait(t *testing.T, mnt, p string, cmd *exec.Cmd) {
@@ -111,6 +229,29 @@ func TestShrinkReclaimable(t *testing.T) {
 	if !strings.Contains(it.Status.Message, "reclaimed") {
 		t.Errorf("message %q does not say what was reclaimed", it.Status.Message)
 	}
+	if got := cgrouptest.ReadFile(t, e.mnt, p, "memory.max"); got != "33554432" {
+		t.Errorf("memory.max = %s, want 32Mi", got)
+	}
+	if got := cgrouptest.ReadFile(t, e.mnt, p, "memory.high"); got != "max" {
+		t.Errorf("memory.high = %s, want it restored to max", got)
+	}
+	alive(t, e.mnt, p, cmd)
+}
+
+// TestShrinkPageCache is TestShrinkReclaimable with the reclaimable memory
+// as clean page cache of a file on a real filesystem.
+func TestShrinkPageCache(t *testing.T) {
+	e := setup(t, admission.Capacity{MilliCPU: 4000, Memory: 1 << 30})
+	fs := pageCacheFS(t, 160)
+	p := cgrouptest.Child(t, e.mnt, e.base, "cache")
+	mustState(t, e.resize(t, "cache", p, "", res{"memory": "128Mi"}, res{"memory": "128Mi"}), intent.Completed)
+	cmd := helper("RA_HELPER=pagecache", "RA_MB=64", "RA_FILE="+filepath.Join(fs, "data"))
+	startAndWait(t, e.mnt, p, cmd)
+	t.Logf("before: %s", memFigures(t, e.mnt, p))
+	start := time.Now()
+	it := e.resize(t, "cache", p, "", res{"memory": "32Mi"}, res{"memory": "32Mi"})
+	t.Logf("after %s: %s", time.Since(start).Round(time.Millisecond), memFigures(t, e.mnt, p))
+	mustState(t, it, intent.Completed)
 	if got := cgrouptest.ReadFile(t, e.mnt, p, "memory.max"); got != "33554432" {
 		t.Errorf("memory.max = %s, want 32Mi", got)
 	}

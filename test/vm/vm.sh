@@ -82,8 +82,10 @@ ensure_host_packages() {
 # ---------------------------------------------------------------------------
 # Modules the guest loads (with their dependencies, from modules.dep):
 # overlay for containerd's overlayfs snapshotter, virtio-pci + virtio_console
-# for --collect (virtio-serial ports), veth/bridge are not needed (no CNI).
-GUEST_MODULES=(overlay virtio_pci virtio_console)
+# for --collect (virtio-serial ports), loop + ext4 (with crc32c) for a filesystem whose
+# files have real page cache (the guest's own are on tmpfs); veth/bridge are
+# not needed (no CNI).
+GUEST_MODULES=(overlay virtio_pci virtio_console loop crc32c_generic ext4)
 KDIR=$CACHE/kernel
 
 # QEMU can boot the uncompressed ELF vmlinux through its PVH entry point
@@ -114,7 +116,8 @@ boot_kernel() {
 }
 
 ensure_kernel() {
-	if [[ -f $KDIR/ready && -f $KDIR/vmlinuz ]]; then
+	# The cache is for this list of modules: another list prepares again.
+	if [[ -f $KDIR/ready && -f $KDIR/vmlinuz && $(cat "$KDIR/wanted" 2>/dev/null) == "${GUEST_MODULES[*]}" ]]; then
 		extract_vmlinux
 		return
 	fi
@@ -160,6 +163,7 @@ ensure_kernel() {
 	printf '%s\n' "${order[@]}" >"$KDIR.tmp/modules.list"
 	echo "$kver" >"$KDIR.tmp/kver"
 	echo "$pkg" >"$KDIR.tmp/package"
+	echo "${GUEST_MODULES[*]}" >"$KDIR.tmp/wanted"
 	rm -rf "$KDIR.tmp/x" "$KDIR.tmp/deb"
 	rm -rf "$KDIR"
 	mv "$KDIR.tmp" "$KDIR"
