@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,10 +33,14 @@ type recorder struct {
 	writes []string
 	fail   func(path string, r cgroup.Resources) error
 	block  chan struct{}
+	// blocked counts writes that have reached block (and so have done
+	// their reads of the files before it).
+	blocked atomic.Int32
 }
 
 func (r *recorder) Write(p string, res cgroup.Resources) error {
 	if r.block != nil {
+		r.blocked.Add(1)
 		<-r.block
 	}
 	r.mu.Lock()

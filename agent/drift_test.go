@@ -436,6 +436,11 @@ func TestDriftRaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, f.a, it.ID, intent.InProgress)
+	// Until the apply is held at its write: before that it reads the files,
+	// and the fixture's file write below is not atomic as the kernel's is.
+	for f.cg.blocked.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
 	cgrouptest.SetFile(t, f.root, "/a", "cpu.max", "12345 100000")
 	if r := f.a.DriftCheck(context.Background()); r.Checked != 0 || r.Drifted != 0 {
 		t.Errorf("checked a container with an apply in flight: %+v", r)
