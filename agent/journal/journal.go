@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -75,6 +76,11 @@ type Stats struct {
 	// CompactErr is the last compaction's failure; the journal goes on
 	// appending to the uncompacted file.
 	CompactErr error
+	// Syncs counts the batches written and synced, Records the records in
+	// them: Records/Syncs is how many submitters shared an fdatasync.
+	Syncs, Records uint64
+	// Err is the write error that broke the journal (see Err).
+	Err error
 }
 
 // Option configures a Journal.
@@ -89,11 +95,18 @@ func WithHistory(n int) Option { return func(j *Journal) { j.history = n } }
 // whenever it has doubled since the last compaction.
 func WithCompactAt(bytes int64) Option { return func(j *Journal) { j.compactAt = bytes } }
 
+// WithSyncObserver has f called, from the writer, with the time each batch
+// took to write and fdatasync, failed ones included: that time is what
+// every submitter of the batch waited before its intent was acknowledged.
+// f must not block.
+func WithSyncObserver(f func(time.Duration)) Option { return func(j *Journal) { j.observe = f } }
+
 // Journal is safe for concurrent use.
 type Journal struct {
 	dir, path string
 	history   int
 	compactAt int64
+	observe   func(time.Duration)
 	lock      *os.File
 	records   []Record // as replayed by Open
 
@@ -418,7 +431,11 @@ func (j *Journal) writer() {
 
 		var err error
 		if !failed {
+			t0 := time.Now()
 			err = j.write(buf, ents)
+			if j.observe != nil {
+				j.observe(time.Since(t0))
+			}
 		}
 		var compactErr error
 		compacted := err == nil && j.size > max(j.compactAt, 2*j.base)
@@ -434,8 +451,10 @@ func (j *Journal) writer() {
 			j.err = err
 		default:
 			j.durable = batch
+			j.stats.Syncs++
+			j.stats.Records += uint64(len(ents))
 		}
-		j.stats.Size, j.stats.Intents = j.size, len(j.index)
+		j.stats.Size, j.stats.Intents, j.stats.Err = j.size, len(j.index), j.err
 		if compacted {
 			j.stats.CompactErr = compactErr
 			if compactErr == nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,7 +280,8 @@ func TestConcurrentAppendsKeepOrder(t *testing.T) {
 // later one fail, and the journal says why.
 func TestWriteFailureIsSticky(t *testing.T) {
 	dir := t.TempDir()
-	j := open(t, dir)
+	var observed atomic.Int64
+	j := open(t, dir, WithSyncObserver(func(time.Duration) { observed.Add(1) }))
 	defer j.Close()
 	mustAppend(t, j, rec(1, "a", "c", intent.Proposed))
 	// Swap the file for one opened read-only, under the writer's feet.
@@ -299,6 +301,52 @@ func TestWriteFailureIsSticky(t *testing.T) {
 	if err := j.Wait(j.Append(rec(3, "c", "c", intent.Proposed))); err == nil {
 		t.Error("append after a failed write succeeded")
 	}
+	// The failed batch was timed; only the good one counts as synced.
+	if st := j.Stats(); st.Err == nil || st.Syncs != 1 || st.Records != 1 || observed.Load() != 2 {
+		t.Errorf("stats %+v, %d batches observed; want the error, 1 sync of 1 record, 2 observed", st, observed.Load())
+	}
+}
+
+// TestStatsCountBatches: every record is counted once, in batches that
+// the observer saw one by one; with many submitters some share a sync.
+func TestStatsCountBatches(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		times []time.Duration
+	)
+	j := open(t, t.TempDir(), WithSyncObserver(func(d time.Duration) {
+		mu.Lock()
+		times = append(times, d)
+		mu.Unlock()
+	}))
+	mustAppend(t, j, rec(1, "first", "c", intent.Proposed))
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				seq := uint64(g*100 + i + 2)
+				if err := j.Wait(j.Append(rec(seq, fmt.Sprint(seq), "c", intent.Proposed))); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := j.Stats()
+	j.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if st.Records != 201 || st.Syncs == 0 || st.Syncs > st.Records || int(st.Syncs) != len(times) || st.Err != nil {
+		t.Fatalf("stats %+v with %d batches observed, want 201 records in at most 201 syncs, each observed", st, len(times))
+	}
+	for _, d := range times {
+		if d <= 0 {
+			t.Fatalf("a batch observed as taking %v", d)
+		}
+	}
+	t.Logf("%d records in %d syncs", st.Records, st.Syncs)
 }
 
 // BenchmarkAppend is one submitter: each record written and synced before

@@ -85,10 +85,16 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	}
 	var broken func() error // a journal that cannot write makes the agent not ready
 	if o.StateDir != "" {
-		j, err := journal.Open(o.StateDir)
+		syncs := metrics.NewJournalSync(reg)
+		j, err := journal.Open(o.StateDir, journal.WithSyncObserver(func(d time.Duration) { syncs.Observe(d.Seconds()) }))
 		if err != nil {
 			return fmt.Errorf("state-dir: %w", err)
 		}
+		metrics.RegisterJournal(reg, func() metrics.JournalStats {
+			st := j.Stats()
+			return metrics.JournalStats{SizeBytes: st.Size, Intents: st.Intents, Compactions: st.Compactions,
+				CompactionFailed: st.CompactErr != nil, Broken: st.Err != nil, Syncs: st.Syncs, Records: st.Records}
+		})
 		// After a.Close below, so that the agent's last records are written.
 		defer func() {
 			if err := j.Close(); err != nil {

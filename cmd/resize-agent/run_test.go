@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -149,10 +150,16 @@ func TestRunServesAPI(t *testing.T) {
 		}
 		if path == "/metrics" {
 			for _, m := range []string{`resize_agent_resizes_total{outcome="completed"} 1`, `resize_agent_resize_duration_seconds_count{outcome="completed",resource="cpu"} 1`,
-				"resize_agent_node_allocatable_cpu_cores 2", "resize_agent_node_allocated_cpu_cores 0.5", "go_goroutines", "process_cpu_seconds_total"} {
+				"resize_agent_node_allocatable_cpu_cores 2", "resize_agent_node_allocated_cpu_cores 0.5", "go_goroutines", "process_cpu_seconds_total",
+				"resize_agent_journal_broken 0", "resize_agent_journal_intents 1", "resize_agent_journal_sync_duration_seconds_count"} {
 				if !strings.Contains(string(b), m) {
 					t.Errorf("metrics lack %q", m)
 				}
+			}
+			// The intent was journaled before it was acknowledged.
+			if !regexp.MustCompile(`(?m)^resize_agent_journal_syncs_total [1-9]`).Match(b) ||
+				!regexp.MustCompile(`(?m)^resize_agent_journal_sync_duration_seconds_count [1-9]`).Match(b) {
+				t.Errorf("no journal sync in the metrics:\n%s", b)
 			}
 		}
 	}
