@@ -119,6 +119,9 @@ type record struct {
 	// retries like the PodResizePending condition's transition time.
 	deferredAt time.Time
 	started    time.Time // when admitted, for the admission phase
+	// restarting is the runtime container this intent began to restart
+	// (journaled before the restart; see markRestarting).
+	restarting string
 }
 
 // container is one container the agent manages, keyed by its cgroup path
@@ -525,7 +528,11 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 		cpu: c.cpu || r.change.Touches(corev1.ResourceCPU),
 		mem: c.mem || r.change.Touches(corev1.ResourceMemory),
 	}
-	job.restart = c.runtimeID != "" && needsRestart(r.Spec, old, want)
+	// A restart is not idempotent: an intent that restarted its container
+	// before the agent stopped finds the next attempt running and is applied
+	// to it in place, verified like any other.
+	job.restartedBefore = r.restarting != "" && r.restarting != c.runtimeID
+	job.restart = c.runtimeID != "" && needsRestart(r.Spec, old, want) && !job.restartedBefore
 	job.ctr = level{path: c.cgroup, want: a.stored(c.cgroup, want.Cgroup(a.period, job.cpu, job.mem))}
 	if c.pod != "" {
 		pcpu, pmem := job.cpu, job.mem
@@ -549,6 +556,12 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 		r.Status.Via = out.via
 	} else {
 		a.ledger.Set(c.key, requests(old))
+	}
+	if job.restartedBefore {
+		r.Status.Restarted, r.Status.ContainerID = true, c.runtimeID
+		if out.state == intent.Completed {
+			out.msg = fmt.Sprintf("container %s was restarted as %s before the agent stopped; %s", r.restarting, c.runtimeID, out.msg)
+		}
 	}
 	if out.newCtr != nil {
 		// Restarted, whatever else happened: follow the new container.
@@ -578,10 +591,13 @@ type applyJob struct {
 	cpu, mem  bool // which resources are managed
 	runtimeID string
 	restart   bool
-	shrunk    bool // shrink.go reclaimed before this write
-	ctr       level
-	pod       *level
-	took      phaseTimes
+	// restartedBefore: the intent restarted the container before the agent
+	// stopped; the new attempt is resized in place instead.
+	restartedBefore bool
+	shrunk          bool // shrink.go reclaimed before this write
+	ctr             level
+	pod             *level
+	took            phaseTimes
 }
 
 // phaseTimes is the time one apply spent in each phase after admission.
@@ -755,6 +771,10 @@ func (a *Agent) restart(j *applyJob, steps []step) applyResult {
 			a.rollback(j, before[:i])
 			return failed(intent.ReasonWriteFailed, "writing pod cgroup %s before the restart: %v", s.path, err)
 		}
+	}
+	if err := a.markRestarting(j); err != nil {
+		a.rollback(j, before)
+		return failed(intent.ReasonRestartFailed, "container %s not restarted: %v", j.runtimeID, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), runtimeTimeout+10*time.Second)
 	defer cancel()

@@ -114,7 +114,7 @@ func (a *Agent) Recover() (Recovery, error) {
 		if jr.Forget() {
 			continue
 		}
-		r := &record{Intent: jr.Intent, seq: jr.Seq, key: jr.Container}
+		r := &record{Intent: jr.Intent, seq: jr.Seq, key: jr.Container, restarting: jr.Restarting}
 		a.seq = max(a.seq, r.seq)
 		if _, dup := a.intents[r.ID]; dup {
 			continue
@@ -213,11 +213,29 @@ func (a *Agent) journalLocked(r *record) {
 	if r.key == "" {
 		r.key = a.keyOfLocked(r.Spec.Target)
 	}
-	jr := journal.Record{Seq: r.seq, Container: r.key, Intent: r.Intent}
+	jr := journal.Record{Seq: r.seq, Container: r.key, Intent: r.Intent, Restarting: r.restarting}
 	if c := a.containers[r.key]; c != nil && r.Status.State == intent.Completed {
 		jr.Resources = &journal.Resources{Resources: c.res, CPU: c.cpu, Memory: c.mem}
 	}
 	a.journal.Append(jr)
+}
+
+// markRestarting puts on disk, before the restart begins, that j's intent
+// restarts its container, so that recovery from a crash mid-restart can
+// tell whether the restart happened (the container has a new ID) and not
+// restart it twice. Without the record on disk, the restart does not begin.
+func (a *Agent) markRestarting(j *applyJob) error {
+	if a.journal == nil {
+		return nil
+	}
+	a.mu.Lock()
+	j.r.restarting = j.runtimeID
+	t := a.journal.Append(journal.Record{Seq: j.r.seq, Container: j.r.key, Intent: j.r.Intent, Restarting: j.runtimeID})
+	a.mu.Unlock()
+	if err := a.journal.Wait(t); err != nil {
+		return fmt.Errorf("%w: %w", ErrJournal, err)
+	}
+	return nil
 }
 
 // keyOfLocked finds the key of a managed container by target, for intents

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/intent"
@@ -432,5 +434,106 @@ func TestRecoverForgottenStaysForgotten(t *testing.T) {
 	}
 	if got := l2.Allocated().MilliCPU; got != 500 {
 		t.Errorf("allocated %dm after recovery, want b's 500m", got)
+	}
+}
+
+// TestRecoverRestartNotRepeated: an intent whose resizePolicy restarts the
+// container is journaled as restarting it before the restart begins. After
+// a crash that came once the restart was done (the runtime runs a newer
+// attempt), recovery resizes that attempt in place and does not restart it
+// again; after a crash before the restart (the same container runs), it
+// restarts it.
+func TestRecoverRestartNotRepeated(t *testing.T) {
+	for _, restartedBeforeCrash := range []bool{true, false} {
+		t.Run(fmt.Sprintf("restarted_before_crash=%v", restartedBeforeCrash), func(t *testing.T) {
+			root := cgrouptest.FakeTree(t, "/kubepods/pod-u1/c1", "/kubepods/pod-u1/c2")
+			newAgent := func(dir string, rt *fakeRuntime, cg *pidCgroups) *agent.Agent {
+				j, err := journal.Open(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a := agent.New(cg, admission.NewLedger(big), agent.WithRuntime(rt), agent.WithJournal(j),
+					agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+				t.Cleanup(func() {
+					a.Close(context.Background())
+					j.Close()
+				})
+				return a
+			}
+			newCgroups := func() *pidCgroups {
+				return &pidCgroups{recorder: &recorder{Manager: cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())},
+					pids: map[int]string{100: "/kubepods/pod-u1/c1", 200: "/kubepods/pod-u1/c2"}}
+			}
+			restarted := func(cg *pidCgroups) func(r cri.Resources) cri.Container {
+				return func(r cri.Resources) cri.Container {
+					m := r.MemoryLimit
+					if err := cg.Manager.Write("/kubepods/pod-u1/c2", cgroup.Resources{MemoryMax: &m}); err != nil {
+						t.Error(err)
+					}
+					return cri.Container{ID: "c2", Name: "web", PodUID: "u1", PID: 200, State: "CONTAINER_RUNNING", RestartCount: 1}
+				}
+			}
+			s := podSpec(map[string]string{"memory": "64Mi"}, map[string]string{"memory": "64Mi"})
+			s.ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}
+
+			dir := t.TempDir()
+			cg1 := newCgroups()
+			rt1 := &fakeRuntime{ctr: cri.Container{ID: "c1", Name: "web", PodUID: "u1", PID: 100, State: "CONTAINER_RUNNING"}}
+			var state string
+			rt1.onRestart = func(r cri.Resources) cri.Container {
+				// What is on disk the moment the runtime is asked to restart.
+				state = crash(t, dir)
+				return restarted(cg1)(r)
+			}
+			a1 := newAgent(dir, rt1, cg1)
+			it := submit(t, a1, s)
+			want(t, it, intent.Completed, intent.ReasonApplied)
+			if state == "" || rt1.restarts != 1 {
+				t.Fatalf("the runtime was asked to restart %d times", rt1.restarts)
+			}
+			if !strings.Contains(readJournal(t, state), `"restarting":"c1"`) {
+				t.Fatalf("the restart was not on disk before it began:\n%s", readJournal(t, state))
+			}
+			if !restartedBeforeCrash {
+				// The crash came first: the runtime still runs c1, as it was.
+				cgrouptest.SetFile(t, root, "/kubepods/pod-u1/c2", "memory.max", "max")
+			}
+
+			ctr := rt1.ctr
+			if !restartedBeforeCrash {
+				ctr = cri.Container{ID: "c1", Name: "web", PodUID: "u1", PID: 100, State: "CONTAINER_RUNNING"}
+			}
+			cg2 := newCgroups()
+			rt2 := &fakeRuntime{ctr: ctr}
+			rt2.onRestart = restarted(cg2)
+			rt2.apply = func(r cri.Resources) error {
+				if r.MemoryLimit == 0 {
+					return nil
+				}
+				m := r.MemoryLimit
+				return cg2.Manager.Write("/kubepods/pod-u1/c2", cgroup.Resources{MemoryMax: &m})
+			}
+			a2 := newAgent(state, rt2, cg2)
+			recoverAgent(t, a2)
+			got := settle(t, a2, it.ID)
+			want(t, got, intent.Completed, "")
+			wantRestarts := 0
+			if !restartedBeforeCrash {
+				wantRestarts = 1
+			}
+			if rt2.restarts != wantRestarts {
+				t.Errorf("restarted %d times after recovery, want %d", rt2.restarts, wantRestarts)
+			}
+			if !got.Status.Restarted || got.Status.ContainerID != "c2" {
+				t.Errorf("status %+v", got.Status)
+			}
+			if v := cgrouptest.ReadFile(t, root, "/kubepods/pod-u1/c2", "memory.max"); v != fmt.Sprint(64<<20) {
+				t.Errorf("memory.max of the running attempt %s", v)
+			}
+			if cs := a2.Containers(); len(cs) != 1 || cs[0].ContainerID != "c2" {
+				t.Errorf("containers %+v", cs)
+			}
+			t.Logf("%s: %s", got.Status.Reason, got.Status.Message)
+		})
 	}
 }

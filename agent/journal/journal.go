@@ -37,6 +37,10 @@ type Record struct {
 	Intent    intent.Intent `json:"intent"`
 	// Resources is, on a Completed intent, what its container was left with.
 	Resources *Resources `json:"resources,omitempty"`
+	// Restarting is the runtime container the intent began to restart (its
+	// resizePolicy is RestartContainer), on disk before the restart began:
+	// after a crash, a container whose ID differs was restarted already.
+	Restarting string `json:"restarting,omitempty"`
 }
 
 // Forgotten marks a record that says the agent stopped managing a
