@@ -205,10 +205,17 @@ func New(client kubernetes.Interface, a Agent, opts Options) (*Intake, error) {
 	return in, nil
 }
 
-// stripPod drops what the intake never reads from the cached pods.
+// stripPod drops what the intake never reads from the cached pods. It
+// caches a shallow copy rather than clearing the field in place: the object
+// handed in may be shared with its source (client-go's fake clientset keeps
+// the same pod in its tracker, and the race detector caught the write), and
+// the copy costs one struct, the rest being shared read-only as any cached
+// object is.
 func stripPod(obj any) (any, error) {
-	if p, ok := obj.(*corev1.Pod); ok {
-		p.ManagedFields = nil
+	if p, ok := obj.(*corev1.Pod); ok && p.ManagedFields != nil {
+		q := *p
+		q.ManagedFields = nil
+		return &q, nil
 	}
 	return obj, nil
 }
