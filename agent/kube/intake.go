@@ -258,7 +258,10 @@ func (in *Intake) Run(ctx context.Context) error {
 	in.log.Info("kubernetes intake synced", "pods", len(in.informer.GetIndexer().ListKeys()))
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); in.watchAgent(ctx) }()
+	// Subscribed before any worker submits: an intent that ran its course
+	// before the watcher goroutine got going had no Events.
+	ch := in.agent.Watch(ctx, agent.Filter{})
+	go func() { defer wg.Done(); in.watchAgent(ctx, ch) }()
 	for range in.opts.Workers {
 		wg.Add(1)
 		go func() { defer wg.Done(); wait.UntilWithContext(ctx, in.work, time.Second) }()
@@ -545,17 +548,18 @@ func (in *Intake) syncStatus(ctx context.Context, pod *corev1.Pod, ps *podState)
 // for every step of an intent the intake submitted and has the pod's
 // conditions brought up to date. If the stream ends (the watcher fell
 // behind) it watches again and looks at every pod it tracks.
-func (in *Intake) watchAgent(ctx context.Context) {
-	for ctx.Err() == nil {
-		ch := in.agent.Watch(ctx, agent.Filter{})
-		in.enqueueTracked()
+func (in *Intake) watchAgent(ctx context.Context, ch <-chan agent.Event) {
+	for {
 		for e := range ch {
 			in.onIntent(e.Intent)
 		}
 		select {
 		case <-ctx.Done():
+			return
 		case <-time.After(time.Second):
 		}
+		ch = in.agent.Watch(ctx, agent.Filter{})
+		in.enqueueTracked()
 	}
 }
 
