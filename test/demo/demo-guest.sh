@@ -110,7 +110,7 @@ ctl containers
 
 say "metrics (http://$METRICS/metrics)"
 wget -qO- "http://$METRICS/metrics" >/tmp/metrics.txt
-grep -E '^resize_agent_(resize_duration_seconds_(count|sum)|resize_phase_duration_seconds_sum\{.*outcome="completed"|resizes_total|intents_in_flight|node_|managed|cgroup_writes|runtime_calls|pressure_source)' /tmp/metrics.txt
+grep -E '^resize_agent_(resize_duration_seconds_(count|sum)|resize_phase_duration_seconds_sum\{.*outcome="completed"|resizes_total|intents_in_flight|node_|managed|cgroup_writes|runtime_calls|pressure_source|journal_(syncs_total|records_total|sync_duration_seconds_count|broken))' /tmp/metrics.txt
 echo "... and per container (pressure, named as cAdvisor names them):"
 grep -E '^(container_cpu_cfs_throttled_(periods|seconds)_total|container_pressure_cpu_waiting_seconds_total|container_oom_events_total|resize_agent_container_runqueue_latency_seconds_(count|sum))\{container="busy"' /tmp/metrics.txt
 
