@@ -3,7 +3,10 @@ package cgroup_test
 import (
 	"testing"
 
+	"github.com/containerd/cgroups/v3/cgroup2"
+
 	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/spec"
 )
 
 // Values from the kubelet's own tables (pkg/kubelet/cm/helpers_linux_test.go,
@@ -70,6 +73,17 @@ func TestMilliCPUToWeight(t *testing.T) {
 	}{{0, 1}, {100, 17}, {250, 35}, {500, 59}, {1000, 100}, {2000, 174}} {
 		if got := cgroup.MilliCPUToWeight(tc.milli); got != tc.weight {
 			t.Errorf("MilliCPUToWeight(%d) = %d, want %d", tc.milli, got, tc.weight)
+		}
+	}
+}
+
+// spec.SharesToWeight writes runc's formula out so that the spec package
+// stays a leaf; it must equal the library's function over the whole domain
+// (and past its ends).
+func TestSharesToWeightMatchesLibrary(t *testing.T) {
+	for s := uint64(0); s <= spec.MaxShares+2; s++ {
+		if got, want := spec.SharesToWeight(s), cgroup2.ConvertCPUSharesToCgroupV2Value(s); got != want {
+			t.Fatalf("SharesToWeight(%d) = %d, containerd/cgroups gives %d", s, got, want)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+
+	"github.com/resizer/resize-agent/cgroup/spec"
 )
 
 var (
@@ -14,14 +16,14 @@ var (
 	ErrMissingController = errors.New("cgroup v2 controller not available")
 	// ErrInvalidPath is returned for a cgroup path that is empty, not clean,
 	// names the root itself or would escape the mountpoint.
-	ErrInvalidPath = errors.New("invalid cgroup path")
+	ErrInvalidPath = spec.ErrInvalidPath
 	// ErrNotFound is returned when a cgroup directory does not exist.
 	ErrNotFound = errors.New("cgroup not found")
 	// ErrVerify is returned when a value read back from a cgroup file does
 	// not match the value written.
 	ErrVerify = errors.New("cgroup value read back does not match value written")
 	// ErrParse is returned when a cgroup file holds text of an unknown form.
-	ErrParse = errors.New("cannot parse cgroup file")
+	ErrParse = spec.ErrParse
 )
 
 // WriteError reports which file and value a failed write was for; it

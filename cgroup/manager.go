@@ -232,7 +232,7 @@ func (m *Manager) Write(p string, r Resources) error {
 		if err == nil {
 			err = m.verify(clean, d, v.File, r.Only(v.File))
 		}
-		done = append(done, Value{v.File, old})
+		done = append(done, Value{File: v.File, Data: old})
 		if err != nil {
 			return errors.Join(err, m.restore(clean, d, done))
 		}

@@ -50,7 +50,7 @@ func TestResourcesValues(t *testing.T) {
 		MemoryMax: ptr(cgroup.Unlimited),
 	}
 	got := r.Values()
-	want := []cgroup.Value{{"cpu.weight", "59"}, {"cpu.max", "50000 100000"}, {"memory.max", "max"}}
+	want := []cgroup.Value{{File: "cpu.weight", Data: "59"}, {File: "cpu.max", Data: "50000 100000"}, {File: "memory.max", Data: "max"}}
 	if len(got) != len(want) {
 		t.Fatalf("Values() = %v, want %v", got, want)
 	}
@@ -84,9 +84,9 @@ func TestResourcesValidate(t *testing.T) {
 
 func TestParseCPUMax(t *testing.T) {
 	for in, want := range map[string]cgroup.CPUMax{
-		"max 100000":   {cgroup.Unlimited, 100000},
-		"50000 100000": {50000, 100000},
-		"max":          {cgroup.Unlimited, 100000},
+		"max 100000":   {Quota: cgroup.Unlimited, Period: 100000},
+		"50000 100000": {Quota: 50000, Period: 100000},
+		"max":          {Quota: cgroup.Unlimited, Period: 100000},
 	} {
 		got, err := cgroup.ParseCPUMax(in)
 		if err != nil || got != want {

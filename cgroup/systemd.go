@@ -184,7 +184,7 @@ func (m *Manager) writeUnit(clean, d, unit string, r Resources) error {
 		return err
 	}
 	if err := m.applyUnit(clean, d, unit, r); err != nil {
-		back := old.Resources().onlyFields(r)
+		back := onlyFields(old.Resources(), r)
 		if rerr := m.applyUnit(clean, d, unit, back); rerr != nil {
 			return errors.Join(err, fmt.Errorf("restore %s: %w", clean, rerr))
 		}
@@ -216,7 +216,7 @@ func (m *Manager) applyUnit(clean, d, unit string, r Resources) error {
 }
 
 // onlyFields returns the fields of r that are set in which.
-func (r Resources) onlyFields(which Resources) Resources {
+func onlyFields(r, which Resources) Resources {
 	var out Resources
 	if which.CPUMax != nil {
 		out.CPUMax = r.CPUMax

@@ -11,7 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/spec"
 )
 
 // State is where an intent is in its life.
@@ -109,7 +109,7 @@ type Status struct {
 	Attempts     int        `json:"attempts,omitempty"`
 	SupersededBy string     `json:"supersededBy,omitempty"`
 	// Applied lists the cgroup files written and verified, by cgroup path.
-	Applied map[string][]cgroup.Value `json:"applied,omitempty"`
+	Applied map[string][]spec.Value `json:"applied,omitempty"`
 	// Via says how the container's own cgroup was changed: "cgroup" (the
 	// agent wrote the files), "runtime" (CRI UpdateContainerResources, then
 	// verified on the files), "runtime+cgroup" (the runtime's update did not

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/spec"
 )
 
 // Resources is a container's requests and limits in base units; zero means
@@ -169,15 +169,15 @@ func (c Change) Apply(cur Resources, freshCPU, freshMemory bool) (Resources, err
 // memory: memory.max): requests.cpu -> cpu.weight, limits.cpu -> cpu.max, limits.memory ->
 // memory.max (no limit: "max"). The memory request is not written: it only
 // counts for admission, as with the kubelet.
-func (r Resources) Cgroup(period uint64, cpu, memory bool) cgroup.Resources {
-	var out cgroup.Resources
+func (r Resources) Cgroup(period uint64, cpu, memory bool) spec.Resources {
+	var out spec.Resources
 	if cpu {
-		weight := cgroup.MilliCPUToWeight(r.CPURequest)
+		weight := spec.MilliCPUToWeight(r.CPURequest)
 		out.CPUWeight = &weight
-		out.CPUMax = &cgroup.CPUMax{Quota: cgroup.MilliCPUToQuota(r.CPULimit, period), Period: period}
+		out.CPUMax = &spec.CPUMax{Quota: spec.MilliCPUToQuota(r.CPULimit, period), Period: period}
 	}
 	if memory {
-		mem := cgroup.Unlimited
+		mem := spec.Unlimited
 		if r.MemoryLimit > 0 {
 			mem = r.MemoryLimit
 		}
@@ -190,12 +190,12 @@ func (r Resources) Cgroup(period uint64, cpu, memory bool) cgroup.Resources {
 // before from its cgroup's cpu.max and memory.max. Requests cannot be known
 // (cpu.weight 100 is both the kernel's default and a 1-CPU request), so they
 // stay zero until an intent declares them.
-func FromCgroup(s cgroup.State) Resources {
+func FromCgroup(s spec.State) Resources {
 	var r Resources
-	if s.CPUMax.Quota != cgroup.Unlimited && s.CPUMax.Period > 0 {
-		r.CPULimit = s.CPUMax.Quota * cgroup.MilliCPUToCPU / int64(s.CPUMax.Period)
+	if s.CPUMax.Quota != spec.Unlimited && s.CPUMax.Period > 0 {
+		r.CPULimit = s.CPUMax.Quota * spec.MilliCPUToCPU / int64(s.CPUMax.Period)
 	}
-	if s.MemoryMax != cgroup.Unlimited {
+	if s.MemoryMax != spec.Unlimited {
 		r.MemoryLimit = s.MemoryMax
 	}
 	return r

@@ -3,7 +3,7 @@ package intent
 import (
 	"regexp"
 
-	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/spec"
 )
 
 var (
@@ -39,17 +39,17 @@ func Validate(s Spec) (Spec, Change, error) {
 	p := ""
 	if s.Target.CgroupPath != "" {
 		var err error
-		if p, err = cgroup.CleanPath(s.Target.CgroupPath); err != nil {
+		if p, err = spec.CleanPath(s.Target.CgroupPath); err != nil {
 			return s, Change{}, invalid("target.cgroupPath: %v", err)
 		}
 		s.Target.CgroupPath = p
 	}
 	if s.Target.PodCgroupPath != "" {
-		pp, err := cgroup.CleanPath(s.Target.PodCgroupPath)
+		pp, err := spec.CleanPath(s.Target.PodCgroupPath)
 		if err != nil {
 			return s, Change{}, invalid("target.podCgroupPath: %v", err)
 		}
-		if p != "" && !cgroup.IsUnder(p, pp) {
+		if p != "" && !spec.IsUnder(p, pp) {
 			return s, Change{}, invalid("target.cgroupPath %s is not below target.podCgroupPath %s", p, pp)
 		}
 		s.Target.PodCgroupPath = pp

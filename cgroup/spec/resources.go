@@ -1,11 +1,9 @@
-package cgroup
+package spec
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/containerd/cgroups/v3/cgroup2"
 )
 
 // Unlimited stands for "max" in cpu.max (quota) and memory.max.
@@ -102,7 +100,7 @@ func (r Resources) Values() []Value {
 		v = append(v, Value{FileCPUMax, r.CPUMax.String()})
 	}
 	if r.MemoryMax != nil {
-		v = append(v, Value{FileMemoryMax, formatMax(*r.MemoryMax)})
+		v = append(v, Value{FileMemoryMax, FormatMax(*r.MemoryMax)})
 	}
 	return v
 }
@@ -123,36 +121,17 @@ func (r Resources) Only(file string) Resources {
 // IsZero reports whether r writes nothing.
 func (r Resources) IsZero() bool { return len(r.Values()) == 0 }
 
-// libResources turns one Value into the containerd/cgroups form that writes
-// it. It returns nil for memory.max = "max": cgroup2.Memory.Max is an int64
-// and has no way to say "max", so that one value is written by hand.
-func libResources(r Resources, file string) *cgroup2.Resources {
-	switch file {
-	case FileCPUWeight:
-		return &cgroup2.Resources{CPU: &cgroup2.CPU{Weight: r.CPUWeight}}
-	case FileCPUMax:
-		var quota *int64
-		if r.CPUMax.Quota != Unlimited {
-			quota = &r.CPUMax.Quota
-		}
-		return &cgroup2.Resources{CPU: &cgroup2.CPU{Max: cgroup2.NewCPUMax(quota, &r.CPUMax.Period)}}
-	case FileMemoryMax:
-		if *r.MemoryMax == Unlimited {
-			return nil
-		}
-		return &cgroup2.Resources{Memory: &cgroup2.Memory{Max: r.MemoryMax}}
-	}
-	return nil
-}
-
-func formatMax(v int64) string {
+// FormatMax is the text of memory.max (or memory.high) for v: "max" for
+// Unlimited.
+func FormatMax(v int64) string {
 	if v == Unlimited {
 		return "max"
 	}
 	return strconv.FormatInt(v, 10)
 }
 
-func parseMax(s string) (int64, error) {
+// ParseMax parses the text of memory.max, memory.high or memory.current.
+func ParseMax(s string) (int64, error) {
 	s = strings.TrimSpace(s)
 	if s == "max" {
 		return Unlimited, nil
@@ -187,15 +166,15 @@ func (s State) Matches(r Resources, pageSize int64) bool {
 	if r.CPUWeight != nil && s.CPUWeight != *r.CPUWeight {
 		return false
 	}
-	if r.MemoryMax != nil && s.MemoryMax != pageAlign(*r.MemoryMax, pageSize) {
+	if r.MemoryMax != nil && s.MemoryMax != PageAlign(*r.MemoryMax, pageSize) {
 		return false
 	}
 	return true
 }
 
-// pageAlign is what the kernel stores for a memory.max write: the byte count
+// PageAlign is what the kernel stores for a memory.max write: the byte count
 // rounded down to whole pages (page_counter_memparse).
-func pageAlign(v, pageSize int64) int64 {
+func PageAlign(v, pageSize int64) int64 {
 	if v == Unlimited || pageSize <= 0 {
 		return v
 	}

@@ -1,6 +1,6 @@
-package cgroup
+package spec
 
-import "github.com/containerd/cgroups/v3/cgroup2"
+import "math"
 
 // The CPU conversions below follow the kubelet, which computes these values
 // before it hands them to the runtime:
@@ -9,10 +9,9 @@ import "github.com/containerd/cgroups/v3/cgroup2"
 //   - pkg/kubelet/kuberuntime/helpers_linux.go (milliCPUToQuota).
 //
 // They are written out here because k8s.io/kubernetes is not meant to be
-// imported as a library. The shares-to-weight step is runc's and is taken
-// from containerd/cgroups (cgroup2.ConvertCPUSharesToCgroupV2Value), which
-// carries the quadratic formula of opencontainers/cgroups v0.0.5 that runc
-// 1.3.2+ and 1.4 use.
+// imported as a library. The shares-to-weight step is runc's: the quadratic
+// formula of opencontainers/cgroups v0.0.5 that runc 1.3.2+ and 1.4 use, as
+// containerd/cgroups carries it (cgroup2.ConvertCPUSharesToCgroupV2Value).
 const (
 	MinShares      = 2       // kubelet MinShares
 	MaxShares      = 262144  // kubelet MaxShares
@@ -54,9 +53,23 @@ func MilliCPUToShares(milliCPU int64) uint64 {
 }
 
 // SharesToWeight converts cgroup v1 shares to a cgroup v2 cpu.weight the way
-// current runc does.
+// current runc does. It is written out rather than called from
+// containerd/cgroups because that package links dbus, protobuf and
+// cilium/ebpf, which this leaf package keeps away from API clients; package
+// cgroup's tests hold it equal to the library's function for every share
+// value.
 func SharesToWeight(shares uint64) uint64 {
-	return cgroup2.ConvertCPUSharesToCgroupV2Value(shares)
+	switch {
+	case shares == 0:
+		return 0 // unset
+	case shares <= MinShares:
+		return 1
+	case shares >= MaxShares:
+		return 10000
+	}
+	l := math.Log2(float64(shares))
+	// A quadratic in log2(shares) through (2, 1), (1024, 100), (262144, 10000).
+	return uint64(math.Ceil(math.Pow(10, (l*l+125*l)/612.0-7.0/34.0)))
 }
 
 // MilliCPUToWeight is MilliCPUToShares followed by SharesToWeight: the

@@ -1,0 +1,77 @@
+package cgroup
+
+import (
+	"github.com/containerd/cgroups/v3/cgroup2"
+
+	"github.com/resizer/resize-agent/cgroup/spec"
+)
+
+// The values the files hold live in the leaf package spec; these names keep
+// them at hand for the package's users, which mostly also do the I/O.
+type (
+	CPUMax    = spec.CPUMax
+	Resources = spec.Resources
+	Value     = spec.Value
+	State     = spec.State
+)
+
+const (
+	Unlimited = spec.Unlimited
+
+	FileCPUMax        = spec.FileCPUMax
+	FileCPUWeight     = spec.FileCPUWeight
+	FileMemoryMax     = spec.FileMemoryMax
+	FileMemoryCurrent = spec.FileMemoryCurrent
+
+	MinShares      = spec.MinShares
+	MaxShares      = spec.MaxShares
+	SharesPerCPU   = spec.SharesPerCPU
+	MilliCPUToCPU  = spec.MilliCPUToCPU
+	DefaultPeriod  = spec.DefaultPeriod
+	MinQuotaPeriod = spec.MinQuotaPeriod
+	MinPeriod      = spec.MinPeriod
+	MaxPeriod      = spec.MaxPeriod
+)
+
+// MilliCPUToQuota is spec.MilliCPUToQuota.
+func MilliCPUToQuota(milliCPU int64, period uint64) int64 {
+	return spec.MilliCPUToQuota(milliCPU, period)
+}
+
+// MilliCPUToShares is spec.MilliCPUToShares.
+func MilliCPUToShares(milliCPU int64) uint64 { return spec.MilliCPUToShares(milliCPU) }
+
+// SharesToWeight is spec.SharesToWeight (runc's conversion).
+func SharesToWeight(shares uint64) uint64 { return spec.SharesToWeight(shares) }
+
+// MilliCPUToWeight is spec.MilliCPUToWeight.
+func MilliCPUToWeight(milliCPU int64) uint64 { return spec.MilliCPUToWeight(milliCPU) }
+
+// ParseCPUMax is spec.ParseCPUMax.
+func ParseCPUMax(s string) (CPUMax, error) { return spec.ParseCPUMax(s) }
+
+func formatMax(v int64) string          { return spec.FormatMax(v) }
+func parseMax(s string) (int64, error)  { return spec.ParseMax(s) }
+func pageAlign(v, pageSize int64) int64 { return spec.PageAlign(v, pageSize) }
+
+// libResources turns one Value into the containerd/cgroups form that writes
+// it. It returns nil for memory.max = "max": cgroup2.Memory.Max is an int64
+// and has no way to say "max", so that one value is written by hand.
+func libResources(r Resources, file string) *cgroup2.Resources {
+	switch file {
+	case FileCPUWeight:
+		return &cgroup2.Resources{CPU: &cgroup2.CPU{Weight: r.CPUWeight}}
+	case FileCPUMax:
+		var quota *int64
+		if r.CPUMax.Quota != Unlimited {
+			quota = &r.CPUMax.Quota
+		}
+		return &cgroup2.Resources{CPU: &cgroup2.CPU{Max: cgroup2.NewCPUMax(quota, &r.CPUMax.Period)}}
+	case FileMemoryMax:
+		if *r.MemoryMax == Unlimited {
+			return nil
+		}
+		return &cgroup2.Resources{Memory: &cgroup2.Memory{Max: r.MemoryMax}}
+	}
+	return nil
+}
