@@ -50,7 +50,7 @@ test-k8s:
 # input is capped at 1 s: the default 60 s, spent on the 4-70 KB seeds,
 # stalled the run. Seed corpora are in each package's testdata/fuzz.
 FUZZ_TARGETS := ./cgroup:FuzzCleanPath:80000 ./cgroup:FuzzParseProcCgroup:100000 \
-	./agent/intent:FuzzValidate:20000 ./agent/api:FuzzDecode:20000
+	./agent/intent:FuzzValidate:20000 ./agent/apiserver:FuzzDecode:20000
 FUZZTIME ?=
 
 fuzz:

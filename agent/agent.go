@@ -897,7 +897,7 @@ func (a *Agent) countWrite(r cgroup.Resources, err error) {
 func (a *Agent) setLocked(r *record, s intent.State, reason, msg string) {
 	r.Status.State, r.Status.Reason, r.Status.Message = s, reason, msg
 	r.Status.UpdatedAt = a.now()
-	a.hub.publish(Event{"MODIFIED", r.Intent})
+	a.hub.publish(Event{Type: "MODIFIED", Intent: r.Intent})
 	a.journalLocked(r)
 }
 
@@ -976,7 +976,7 @@ func (a *Agent) List(f Filter, state intent.State) []intent.Intent {
 	out := []intent.Intent{}
 	for _, id := range a.order {
 		r := a.intents[id]
-		if f.match(&r.Intent) && (state == "" || r.Status.State == state) {
+		if f.Match(&r.Intent) && (state == "" || r.Status.State == state) {
 			out = append(out, r.Intent)
 		}
 	}
@@ -994,14 +994,14 @@ func (a *Agent) Watch(ctx context.Context, f Filter) <-chan Event {
 	if f.IntentID != "" {
 		// One intent, whatever its state: no scan of the history, which
 		// every client waiting for its resize would otherwise pay.
-		if r, ok := a.intents[f.IntentID]; ok && f.match(&r.Intent) {
-			initial = append(initial, Event{"ADDED", r.Intent})
+		if r, ok := a.intents[f.IntentID]; ok && f.Match(&r.Intent) {
+			initial = append(initial, Event{Type: "ADDED", Intent: r.Intent})
 		}
 	} else {
 		for _, id := range a.order {
 			r := a.intents[id]
-			if f.match(&r.Intent) && !r.Status.State.Terminal() {
-				initial = append(initial, Event{"ADDED", r.Intent})
+			if f.Match(&r.Intent) && !r.Status.State.Terminal() {
+				initial = append(initial, Event{Type: "ADDED", Intent: r.Intent})
 			}
 		}
 	}
@@ -1034,34 +1034,6 @@ func (a *Agent) Watch(ctx context.Context, f Filter) <-chan Event {
 		}
 	}()
 	return out
-}
-
-// ContainerInfo is what the agent knows of a managed container.
-type ContainerInfo struct {
-	Name          string             `json:"name"`
-	CgroupPath    string             `json:"cgroupPath"`
-	PodCgroupPath string             `json:"podCgroupPath,omitempty"`
-	ContainerID   string             `json:"containerID,omitempty"`
-	PodUID        string             `json:"podUID,omitempty"`
-	Resources     intent.Resources   `json:"resources"`
-	ManagesCPU    bool               `json:"managesCPU"`    // an intent declared cpu
-	ManagesMemory bool               `json:"managesMemory"` // an intent declared memory
-	Allocated     admission.Capacity `json:"allocated"`
-	Cgroup        *CgroupValues      `json:"cgroup,omitempty"`
-	CgroupError   string             `json:"cgroupError,omitempty"`
-	Pressure      *pressure.Summary  `json:"pressure,omitempty"`
-	PendingIntent string             `json:"pendingIntent,omitempty"`
-	LastIntent    string             `json:"lastIntent,omitempty"`
-	QOSClass      corev1.PodQOSClass `json:"qosClass"`
-	Drift         *DriftInfo         `json:"drift,omitempty"` // values changed behind the agent's back
-}
-
-// CgroupValues are the live values of a container's cgroup files.
-type CgroupValues struct {
-	CPUMax        string `json:"cpuMax"`
-	CPUWeight     uint64 `json:"cpuWeight"`
-	MemoryMax     string `json:"memoryMax"`
-	MemoryCurrent int64  `json:"memoryCurrent"`
 }
 
 // Containers lists the managed containers with their live cgroup values.
@@ -1226,17 +1198,10 @@ func (a *Agent) ManagedContainers() int {
 	return len(a.containers)
 }
 
-// NodeInfo is the node's capacity account.
-type NodeInfo struct {
-	Allocatable admission.Capacity `json:"allocatable"`
-	Allocated   admission.Capacity `json:"allocated"`
-	Free        admission.Capacity `json:"free"`
-}
-
 // Node returns the capacity account.
 func (a *Agent) Node() NodeInfo {
 	al, used := a.ledger.Allocatable(), a.ledger.Allocated()
-	return NodeInfo{al, used, admission.Capacity{MilliCPU: al.MilliCPU - used.MilliCPU, Memory: al.Memory - used.Memory}}
+	return NodeInfo{Allocatable: al, Allocated: used, Free: admission.Capacity{MilliCPU: al.MilliCPU - used.MilliCPU, Memory: al.Memory - used.Memory}}
 }
 
 func describe(c intent.Change) string {

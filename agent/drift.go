@@ -18,10 +18,6 @@ import (
 	"github.com/resizer/resize-agent/cri"
 )
 
-// DriftPolicy is what the agent does when a managed container's cgroup no
-// longer holds what its last completed intent gave it.
-type DriftPolicy string
-
 const (
 	// DriftReport only reports: metric, log, the container listing.
 	DriftReport DriftPolicy = "report"
@@ -73,35 +69,6 @@ func WithDriftPolicy(p DriftPolicy) Option { return func(a *Agent) { a.drift.pol
 // defaults window to ten intervals; restores defaults to 3.
 func WithDriftBackoff(window time.Duration, restores int) Option {
 	return func(a *Agent) { a.drift.window, a.drift.restores = window, restores }
-}
-
-// DriftInfo is a container's drift: the files that no longer hold what the
-// agent gave them, and what the agent did about it.
-type DriftInfo struct {
-	Files     []DriftFile `json:"files"`
-	FirstSeen time.Time   `json:"firstSeen"`
-	LastSeen  time.Time   `json:"lastSeen"`
-	Policy    DriftPolicy `json:"policy"`
-	Action    string      `json:"action"`
-	Message   string      `json:"message,omitempty"`
-	// Intent is the last intent the agent made for this drift.
-	Intent string `json:"intent,omitempty"`
-	// Restores counts the restore intents made since the drift was first seen.
-	Restores int `json:"restores,omitempty"`
-	// BackoffUntil is set while the agent holds off restoring.
-	BackoffUntil *time.Time `json:"backoffUntil,omitempty"`
-}
-
-// DriftFile is one drifted file.
-type DriftFile struct {
-	Cgroup   string `json:"cgroup"`
-	File     string `json:"file"`
-	Expected string `json:"expected"`
-	Found    string `json:"found"`
-}
-
-func (f DriftFile) String() string {
-	return f.Cgroup + "/" + f.File + ": " + f.Found + " (expected " + f.Expected + ")"
 }
 
 // DriftResult sums up one DriftCheck.
@@ -597,7 +564,7 @@ func (a *Agent) adoptLocked(c *container, d *driftState, p *probe) bool {
 	}}, change: change, seq: a.seq, key: c.key}
 	a.intents[r.ID] = r
 	a.order = append(a.order, r.ID)
-	a.hub.publish(Event{"ADDED", r.Intent})
+	a.hub.publish(Event{Type: "ADDED", Intent: r.Intent})
 	c.last, d.seen, d.intent = r.ID, r.ID, r.ID
 	a.journalLocked(r) // with c.res: the adopted values survive a restart
 	d.info.Intent = r.ID

@@ -3,30 +3,22 @@ package agent
 import (
 	"sync"
 
-	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/api"
 )
 
-// Event is one change of an intent, as watchers see it.
-type Event struct {
-	Type   string        `json:"type"` // ADDED or MODIFIED
-	Intent intent.Intent `json:"intent"`
-}
-
-// Filter selects the events a watcher gets; empty fields match everything.
-type Filter struct {
-	IntentID  string
-	Container string // target name or cgroup path
-}
-
-func (f Filter) match(it *intent.Intent) bool {
-	if f.IntentID != "" && it.ID != f.IntentID {
-		return false
-	}
-	if f.Container != "" && it.Spec.Target.Name != f.Container && it.Spec.Target.CgroupPath != f.Container {
-		return false
-	}
-	return true
-}
+// The API's wire types, defined in the leaf package api.
+type (
+	Event         = api.Event
+	Filter        = api.Filter
+	ContainerInfo = api.ContainerInfo
+	CgroupValues  = api.CgroupValues
+	NodeInfo      = api.NodeInfo
+	DriftInfo     = api.DriftInfo
+	DriftFile     = api.DriftFile
+	// DriftPolicy is what the agent does when a managed container's cgroup
+	// no longer holds what its last completed intent gave it.
+	DriftPolicy = api.DriftPolicy
+)
 
 // watchBuffer is how many events a watcher may fall behind before it is
 // cut off; a client then sees its stream end and can watch again.
@@ -61,7 +53,7 @@ func (h *hub) publish(e Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for ch, f := range h.subs {
-		if !f.match(&e.Intent) {
+		if !f.Match(&e.Intent) {
 			continue
 		}
 		select {

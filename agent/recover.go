@@ -295,7 +295,7 @@ func (a *Agent) acceptLocked(c *container, r *record) {
 		a.order[i-1], a.order[i] = a.order[i], a.order[i-1]
 	}
 	a.gauge(1)
-	a.hub.publish(Event{"ADDED", r.Intent})
+	a.hub.publish(Event{Type: "ADDED", Intent: r.Intent})
 	a.log.Info("intent accepted", "intent", r.ID, "container", c.name, "cgroup", c.cgroup, "resources", describe(r.change))
 	switch {
 	case a.containers[c.key] != c:

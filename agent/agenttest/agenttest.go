@@ -13,7 +13,7 @@ import (
 
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
-	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/apiserver"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 )
@@ -45,7 +45,7 @@ func ServeWith(t testing.TB, cg agent.Cgroups, alloc admission.Capacity, opts ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: api.NewHandler(a)}
+	srv := &http.Server{Handler: apiserver.NewHandler(a)}
 	go srv.Serve(l)
 	t.Cleanup(func() {
 		a.Close(context.Background())

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/intent"
 )
 
@@ -122,8 +121,8 @@ func (c *Client) List(ctx context.Context, container string, state intent.State)
 }
 
 // Containers lists managed containers.
-func (c *Client) Containers(ctx context.Context) ([]agent.ContainerInfo, error) {
-	var out []agent.ContainerInfo
+func (c *Client) Containers(ctx context.Context) ([]ContainerInfo, error) {
+	var out []ContainerInfo
 	_, err := c.do(ctx, http.MethodGet, "/v1/containers", nil, &out)
 	return out, err
 }
@@ -135,15 +134,15 @@ func (c *Client) Forget(ctx context.Context, name string) error {
 }
 
 // Node returns the node's capacity account.
-func (c *Client) Node(ctx context.Context) (agent.NodeInfo, error) {
-	var out agent.NodeInfo
+func (c *Client) Node(ctx context.Context) (NodeInfo, error) {
+	var out NodeInfo
 	_, err := c.do(ctx, http.MethodGet, "/v1/node", nil, &out)
 	return out, err
 }
 
 // Watch calls fn for every event until fn returns false, the stream ends
 // or ctx is done.
-func (c *Client) Watch(ctx context.Context, f agent.Filter, fn func(agent.Event) bool) error {
+func (c *Client) Watch(ctx context.Context, f Filter, fn func(Event) bool) error {
 	q := url.Values{}
 	if f.IntentID != "" {
 		q.Set("intent", f.IntentID)
@@ -172,7 +171,7 @@ func (c *Client) Watch(ctx context.Context, f agent.Filter, fn func(agent.Event)
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
-		var e agent.Event
+		var e Event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err() // the cancellation cut the last line short
@@ -198,7 +197,7 @@ func (c *Client) WaitSettled(ctx context.Context, id string) (intent.Intent, err
 	}
 	for {
 		var last intent.Intent
-		err := c.Watch(ctx, agent.Filter{IntentID: id}, func(e agent.Event) bool {
+		err := c.Watch(ctx, Filter{IntentID: id}, func(e Event) bool {
 			last = e.Intent
 			return !settled(last)
 		})

@@ -1,5 +1,7 @@
-// Package api is the agent's local HTTP/JSON API, versioned under /v1, and
-// a client for it. The server is normally reached over a unix socket.
+// Package api is the agent's local HTTP/JSON API, versioned under /v1: its
+// wire types and a client for it. The server (package apiserver) is normally
+// reached over a unix socket. This package is a leaf: it links neither the
+// agent nor gRPC, CRI, dbus or cilium/ebpf, so a client stays small.
 //
 //	POST   /v1/intents               submit an intent (202; 200 for a repeat of the same id)
 //	GET    /v1/intents[?container=&state=]

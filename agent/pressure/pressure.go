@@ -8,6 +8,7 @@ package pressure
 import (
 	"time"
 
+	"github.com/resizer/resize-agent/agent/api"
 	"github.com/resizer/resize-agent/cgroup"
 )
 
@@ -65,24 +66,7 @@ func (f Files) Read(p string) (Sample, error) {
 }
 
 // Summary is the latest pressure of a container, as the API shows it.
-type Summary struct {
-	Sources            []string `json:"sources"`
-	CPUStallSeconds    float64  `json:"cpuStallSeconds"`
-	MemoryStallSeconds float64  `json:"memoryStallSeconds"`
-	OOMKills           uint64   `json:"oomKills"`
-	// From the files.
-	CPUSomeAvg10     *float64 `json:"cpuSomeAvg10,omitempty"`
-	MemorySomeAvg10  *float64 `json:"memorySomeAvg10,omitempty"`
-	IOSomeAvg10      *float64 `json:"ioSomeAvg10,omitempty"`
-	ThrottledPeriods uint64   `json:"throttledPeriods"`
-	Periods          uint64   `json:"periods"`
-	ThrottledSeconds float64  `json:"throttledSeconds"`
-	// From BPF.
-	RunqLatencyCount   uint64   `json:"runqLatencyCount,omitempty"`
-	RunqLatencyMeanSec float64  `json:"runqLatencyMeanSeconds,omitempty"`
-	ReclaimStallSec    float64  `json:"reclaimStallSeconds,omitempty"`
-	Errors             []string `json:"errors,omitempty"`
-}
+type Summary = api.PressureSummary
 
 // Summarize reads every source for one cgroup. The first source that has a
 // figure common to all (CPU and memory stall, OOM kills) gives it.

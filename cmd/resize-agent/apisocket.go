@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/apiserver"
 )
 
 // lookupGroup resolves --api-group, a group name or a numeric ID.
@@ -42,14 +42,14 @@ func setSocketAccess(path string, gids []uint32) error {
 // socketPolicy is who may use the API on the socket, checked on the peer's
 // credentials as well as by the file's mode: root, the socket file's owner
 // (the agent's user) and the api-group.
-func socketPolicy(path string, gids []uint32) (api.PeerPolicy, error) {
+func socketPolicy(path string, gids []uint32) (apiserver.PeerPolicy, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return api.PeerPolicy{}, err
+		return apiserver.PeerPolicy{}, err
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return api.PeerPolicy{}, fmt.Errorf("socket %s: no owner", path)
+		return apiserver.PeerPolicy{}, fmt.Errorf("socket %s: no owner", path)
 	}
-	return api.PeerPolicy{UIDs: []uint32{st.Uid}, GIDs: gids}, nil
+	return apiserver.PeerPolicy{UIDs: []uint32{st.Uid}, GIDs: gids}, nil
 }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
-	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/apiserver"
 	"github.com/resizer/resize-agent/agent/journal"
 	"github.com/resizer/resize-agent/agent/kube"
 	"github.com/resizer/resize-agent/agent/metrics"
@@ -115,7 +115,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	reg.MustRegister(pressure.NewCollector(a.Targets, sources...))
 
 	var ready atomic.Bool
-	mux := api.NewHandler(a)
+	mux := apiserver.NewHandler(a)
 	addOps(mux, reg, &ready, broken)
 
 	var servers []*http.Server
@@ -144,7 +144,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		serve("api-unix", l, api.RequirePeer(pp, mux), api.PeerConnContext)
+		serve("api-unix", l, apiserver.RequirePeer(pp, mux), apiserver.PeerConnContext)
 	}
 	if o.ListenTCP != "" {
 		l, err := net.Listen("tcp", o.ListenTCP)

@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/api"
 	"github.com/resizer/resize-agent/agent/intent"
 )
@@ -105,18 +104,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		id := fs.String("intent", "", "only this intent")
 		ctr := fs.String("container", "", "only this container")
 		if err = parse(fs, rest, 0); err == nil {
-			err = watch(ctx, c, agent.Filter{IntentID: *id, Container: *ctr}, *out, stdout)
+			err = watch(ctx, c, api.Filter{IntentID: *id, Container: *ctr}, *out, stdout)
 		}
 	case "containers":
 		if err = parse(fs, rest, 0); err == nil {
-			var cs []agent.ContainerInfo
+			var cs []api.ContainerInfo
 			if cs, err = c.Containers(ctx); err == nil {
 				err = print(stdout, *out, cs, func(w io.Writer) { containerTable(w, cs) })
 			}
 		}
 	case "node":
 		if err = parse(fs, rest, 0); err == nil {
-			var n agent.NodeInfo
+			var n api.NodeInfo
 			if n, err = c.Node(ctx); err == nil {
 				err = print(stdout, *out, n, func(w io.Writer) { nodeTable(w, n) })
 			}
@@ -255,11 +254,11 @@ func resize(ctx context.Context, c *api.Client, fs *flag.FlagSet, args []string,
 	return exitOK, nil
 }
 
-func watch(ctx context.Context, c *api.Client, f agent.Filter, out string, stdout io.Writer) error {
+func watch(ctx context.Context, c *api.Client, f api.Filter, out string, stdout io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	header := false
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	err := c.Watch(ctx, f, func(e agent.Event) bool {
+	err := c.Watch(ctx, f, func(e api.Event) bool {
 		if out == "json" {
 			_ = enc.Encode(e)
 			return true
@@ -319,7 +318,7 @@ func age(t time.Time) string {
 	return time.Since(t).Round(time.Millisecond).String()
 }
 
-func containerTable(w io.Writer, cs []agent.ContainerInfo) {
+func containerTable(w io.Writer, cs []api.ContainerInfo) {
 	fmt.Fprintln(w, "NAME\tCGROUP\tQOS\tREQUESTS (cpu/mem)\tLIMITS (cpu/mem)\tCPU.MAX\tCPU.WEIGHT\tMEMORY.MAX\tMEMORY.CURRENT\tCPU STALL\tTHROTTLED\tOOM KILLS\tPENDING\tDRIFT")
 	for _, c := range cs {
 		cpuMax, weight, memMax, memCur := "?", "?", "?", "?"
@@ -351,7 +350,7 @@ func orDash(v int64, f func(int64) string) string {
 	return f(v)
 }
 
-func nodeTable(w io.Writer, n agent.NodeInfo) {
+func nodeTable(w io.Writer, n api.NodeInfo) {
 	fmt.Fprintln(w, "RESOURCE\tALLOCATABLE\tALLOCATED\tFREE")
 	fmt.Fprintf(w, "cpu\t%s\t%s\t%s\n", intent.FormatCPU(n.Allocatable.MilliCPU), intent.FormatCPU(n.Allocated.MilliCPU), intent.FormatCPU(n.Free.MilliCPU))
 	fmt.Fprintf(w, "memory\t%s\t%s\t%s\n", intent.FormatMemory(n.Allocatable.Memory), intent.FormatMemory(n.Allocated.Memory), intent.FormatMemory(n.Free.Memory))
@@ -366,7 +365,7 @@ func envOr(k, def string) string {
 
 // driftCell sums up a container's drift: the files found changed, with the
 // agent's values, and what the agent did.
-func driftCell(d *agent.DriftInfo) string {
+func driftCell(d *api.DriftInfo) string {
 	if d == nil {
 		return "-"
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/apiserver"
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/cgroup"
 )
@@ -41,7 +42,7 @@ func (g *guest) profile() error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: api.NewHandler(a), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: apiserver.NewHandler(a), ReadHeaderTimeout: 10 * time.Second}
 	pprof.Do(context.Background(), pprof.Labels("side", "agent"), func(context.Context) {
 		go func() { _ = srv.Serve(l) }()
 	})

@@ -1,4 +1,4 @@
-package api_test
+package apiserver_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/agenttest"
 	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/apiserver"
 )
 
 const (
@@ -112,14 +113,14 @@ func TestPeerCredentials(t *testing.T) {
 	}
 	dir, bin := worldDir(t)
 	s := agenttest.Serve(t, admission.Capacity{MilliCPU: 1000, Memory: 1 << 30})
-	h := api.NewHandler(s.Agent)
-	start := func(name string, pp api.PeerPolicy) string {
+	h := apiserver.NewHandler(s.Agent)
+	start := func(name string, pp apiserver.PeerPolicy) string {
 		sock := filepath.Join(dir, name)
 		l, err := net.Listen("unix", sock)
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := &http.Server{Handler: api.RequirePeer(pp, h), ConnContext: api.PeerConnContext}
+		srv := &http.Server{Handler: apiserver.RequirePeer(pp, h), ConnContext: apiserver.PeerConnContext}
 		go srv.Serve(l)
 		t.Cleanup(func() { srv.Close() })
 		if err := os.Chmod(sock, 0o666); err != nil {
@@ -127,8 +128,8 @@ func TestPeerCredentials(t *testing.T) {
 		}
 		return sock
 	}
-	owner := start("owner.sock", api.PeerPolicy{UIDs: []uint32{0}})
-	group := start("group.sock", api.PeerPolicy{UIDs: []uint32{0}, GIDs: []uint32{testGID}})
+	owner := start("owner.sock", apiserver.PeerPolicy{UIDs: []uint32{0}})
+	group := start("group.sock", apiserver.PeerPolicy{UIDs: []uint32{0}, GIDs: []uint32{testGID}})
 
 	out := asUser(t, bin, owner, nobody, nobody)
 	if !strings.Contains(out, "status=403") {
@@ -161,7 +162,7 @@ func TestRequirePeerWithoutCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: api.RequirePeer(api.PeerPolicy{}, http.NotFoundHandler())}
+	srv := &http.Server{Handler: apiserver.RequirePeer(apiserver.PeerPolicy{}, http.NotFoundHandler())}
 	go srv.Serve(l)
 	defer srv.Close()
 	if code, body, err := getOverUnix(sock, "/v1/node"); err != nil || code != 403 || !strings.Contains(body, `"Forbidden"`) {
@@ -170,17 +171,17 @@ func TestRequirePeerWithoutCredentials(t *testing.T) {
 }
 
 func TestPeerPolicyAllows(t *testing.T) {
-	pp := api.PeerPolicy{UIDs: []uint32{1000}, GIDs: []uint32{50}}
+	pp := apiserver.PeerPolicy{UIDs: []uint32{1000}, GIDs: []uint32{50}}
 	for _, tc := range []struct {
-		p    api.Peer
+		p    apiserver.Peer
 		want bool
 	}{
-		{api.Peer{UID: 0, GID: 0}, true},
-		{api.Peer{UID: 1000, GID: 1000}, true},
-		{api.Peer{UID: 1001, GID: 50}, true},
-		{api.Peer{UID: 1001, GID: 1001, Groups: []uint32{7, 50}}, true},
-		{api.Peer{UID: 1001, GID: 1001, Groups: []uint32{7}}, false},
-		{api.Peer{UID: 65534, GID: 65534}, false},
+		{apiserver.Peer{UID: 0, GID: 0}, true},
+		{apiserver.Peer{UID: 1000, GID: 1000}, true},
+		{apiserver.Peer{UID: 1001, GID: 50}, true},
+		{apiserver.Peer{UID: 1001, GID: 1001, Groups: []uint32{7, 50}}, true},
+		{apiserver.Peer{UID: 1001, GID: 1001, Groups: []uint32{7}}, false},
+		{apiserver.Peer{UID: 65534, GID: 65534}, false},
 	} {
 		if got := pp.Allows(tc.p); got != tc.want {
 			t.Errorf("Allows(%+v) = %v", tc.p, got)

@@ -1,4 +1,4 @@
-package api
+package apiserver
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/resizer/resize-agent/agent"
+	"github.com/resizer/resize-agent/agent/api"
 	"github.com/resizer/resize-agent/agent/intent"
 )
 
@@ -21,17 +22,11 @@ const MaxBodyBytes = 64 << 10
 type Service interface {
 	Submit(intent.Spec) (intent.Intent, bool, error)
 	Get(id string) (intent.Intent, error)
-	List(f agent.Filter, state intent.State) []intent.Intent
-	Watch(ctx context.Context, f agent.Filter) <-chan agent.Event
-	Containers() []agent.ContainerInfo
+	List(f api.Filter, state intent.State) []intent.Intent
+	Watch(ctx context.Context, f api.Filter) <-chan api.Event
+	Containers() []api.ContainerInfo
 	Forget(name string) error
-	Node() agent.NodeInfo
-}
-
-// Error is the body of every error response.
-type Error struct {
-	Error  string `json:"error"`
-	Reason string `json:"reason,omitempty"`
+	Node() api.NodeInfo
 }
 
 // NewHandler returns the /v1 API on a mux; extra handlers (metrics, health)
@@ -46,7 +41,7 @@ func NewHandler(s Service) *http.ServeMux {
 			writeError(w, http.StatusBadRequest, "InvalidQuery", fmt.Errorf("unknown state %q", st))
 			return
 		}
-		writeJSON(w, http.StatusOK, s.List(agent.Filter{Container: q.Get("container")}, st))
+		writeJSON(w, http.StatusOK, s.List(api.Filter{Container: q.Get("container")}, st))
 	})
 	mux.HandleFunc("GET /v1/intents/{id}", func(w http.ResponseWriter, r *http.Request) {
 		it, err := s.Get(r.PathValue("id"))
@@ -135,7 +130,7 @@ func watch(s Service, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	ch := s.Watch(r.Context(), agent.Filter{IntentID: q.Get("intent"), Container: q.Get("container")})
+	ch := s.Watch(r.Context(), api.Filter{IntentID: q.Get("intent"), Container: q.Get("container")})
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
@@ -174,7 +169,7 @@ func fail(w http.ResponseWriter, err error) {
 }
 
 func writeError(w http.ResponseWriter, code int, reason string, err error) {
-	writeJSON(w, code, Error{Error: err.Error(), Reason: reason})
+	writeJSON(w, code, api.Error{Error: err.Error(), Reason: reason})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -1,4 +1,4 @@
-package api_test
+package apiserver_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/apiserver"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
@@ -52,7 +53,7 @@ func FuzzDecode(f *testing.F) {
 		admission.NewLedger(admission.Capacity{MilliCPU: 4000, Memory: 8 << 30}),
 		agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	f.Cleanup(func() { a.Close(context.Background()) })
-	h := api.NewHandler(a)
+	h := apiserver.NewHandler(a)
 	do := func(t *testing.T, method, target string, body []byte) (int, []byte) {
 		req := httptest.NewRequest(method, "http://agent"+target, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")

@@ -1,4 +1,4 @@
-package api_test
+package apiserver_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/agenttest"
 	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/apiserver"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 )
@@ -60,7 +61,7 @@ func TestBadInputIsRejectedAndChangesNothing(t *testing.T) {
 		"escape":            {`{"target":{"name":"web","cgroupPath":"/pod/../../../etc"},"resources":{"limits":{"cpu":"1"}}}`, 422, "cgroupPath"},
 		"trailing":          {`{"target":{"name":"web","cgroupPath":"/pod/web"},"resources":{"limits":{"cpu":"1"}}} {}`, 400, "trailing data"},
 		"missing cgroup":    {`{"target":{"name":"x","cgroupPath":"/nope"},"resources":{"limits":{"cpu":"1"}}}`, 404, "does not exist"},
-		"oversized":         {`{"target":{"name":"` + strings.Repeat("a", api.MaxBodyBytes) + `"}}`, 413, "over"},
+		"oversized":         {`{"target":{"name":"` + strings.Repeat("a", apiserver.MaxBodyBytes) + `"}}`, 413, "over"},
 		"nothing to resize": {`{"target":{"name":"web","cgroupPath":"/pod/web"},"resources":{}}`, 422, "nothing to resize"},
 	} {
 		code, body := post(t, sock, tc.body, nil)
