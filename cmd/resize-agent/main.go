@@ -24,6 +24,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "resize-agent:", err)
 		os.Exit(2)
 	}
+	o.dropCaps = true
 	log := newLogger(o)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

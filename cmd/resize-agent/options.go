@@ -68,6 +68,9 @@ type Options struct {
 	skipFSCheck bool
 	onReady     func(metricsAddr string)
 	onListen    func(listener, addr string) // each listener, as it starts serving
+	// dropCaps is set by main: tests run the daemon in their own process,
+	// which must keep its capabilities for the tests that follow.
+	dropCaps bool
 }
 
 // DefaultOptions are the daemon's defaults.

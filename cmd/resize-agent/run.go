@@ -165,6 +165,14 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		serve("metrics", l, ops, nil)
 	}
 
+	// The privileged part of start-up is done: listeners bound, the socket
+	// given to its group, the eBPF programs loaded, the journal open.
+	if o.dropCaps {
+		if err := dropCapabilities(keptCapabilities(len(sources) > 1), log); err != nil {
+			return errors.Join(err, a.Close(context.Background()))
+		}
+	}
+
 	stopKube, err := kube.Start(ctx, o.kubeConfig(log.With("component", "kube")), a)
 	if err != nil {
 		return errors.Join(err, a.Close(context.Background()))

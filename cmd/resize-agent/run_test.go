@@ -29,6 +29,10 @@ func TestMain(m *testing.M) {
 		peerChild(sock) // the child of TestAPISocketPeers, as another user
 		os.Exit(0)
 	}
+	if root := os.Getenv(capsChildEnv); root != "" {
+		capsChild(root) // the child of TestDropsCapabilities
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m)
 }
 
