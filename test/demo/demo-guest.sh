@@ -117,7 +117,7 @@ grep -E '^(container_cpu_cfs_throttled_(periods|seconds)_total|container_pressur
 say "stopping the agent"
 kill -TERM "$AGENT"
 wait "$AGENT" || true
-grep -E 'eBPF|pressure|shutting down|level=(WARN|ERROR)' /tmp/agent.log || true
+grep -E 'eBPF|pressure|capabilities|shutting down|level=(WARN|ERROR)' /tmp/agent.log || true
 if [ -n "${POD:-}" ]; then
 	crictl stopp "$POD" >/dev/null && crictl rmp "$POD" >/dev/null
 else
