@@ -39,7 +39,7 @@ func (a *Agent) retryDeferredLocked() {
 			c:          c,
 			increasing: next.MilliCPU > now.MilliCPU || next.Memory > now.Memory,
 			priority:   r.Spec.Priority,
-			qos:        qosRank(a.podQOSLocked(c, c.res)),
+			qos:        qosRank(c.qos(c.res)),
 		})
 	}
 	slices.SortFunc(ready, func(x, y candidate) int {

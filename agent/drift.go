@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"strconv"
@@ -12,8 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/resizer/resize-agent/agent/actuate"
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -86,6 +89,8 @@ type drifts struct {
 	window   time.Duration
 	restores int
 	state    map[string]*driftState // by container key
+	log      *slog.Logger
+	metrics  *metrics.Metrics
 }
 
 // driftState is what the agent remembers of one container's drift.
@@ -112,11 +117,8 @@ type probe struct {
 	pod      string           // "" unless c speaks for its pod
 	podWant  cgroup.Resources // what the agent writes to the pod
 	podUID   string
-	siblings []intent.Resources // the pod's other managed containers'
-	managed  map[string]bool    // runtime IDs of the pod's managed containers
-	pcpu     bool               // the pod's cpu is managed
-	pmem     bool
-	others   []cri.Container   // the pod's unmanaged containers, from the runtime
+	members  []actuate.Member  // the pod's, c first (pod.sizing)
+	listed   []cri.Container   // the pod's containers, from the runtime
 	last     map[string]string // the last intent of c and its pod's members, by key
 	st       cgroup.State      // read without the lock
 	files    []DriftFile
@@ -171,7 +173,7 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 		a.mu.Unlock()
 		return DriftResult{}
 	}
-	probes := a.probesLocked()
+	probes := probesOf(a.containers, a.act)
 	a.mu.Unlock()
 
 	pageSize := a.cg.PageSize()
@@ -183,9 +185,9 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 			// As apply does: the pod cgroup counts the containers of the
 			// pod the agent does not manage too.
 			if p.podUID != "" && a.rt != nil {
-				p.others = a.unmanagedMembers(p.podUID)
+				p.listed = podContainers(ctx, a.act, a.log, p.podUID)
 			}
-			p.podWant = a.stored(p.pod, p.podWantWith(p.c.res, a.period))
+			p.podWant = p.podWantWith(a.act, p.c.res)
 		}
 		p.st, p.readErr = a.cg.Read(p.path)
 		if p.readErr != nil {
@@ -204,7 +206,7 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 	defer a.mu.Unlock()
 	var res DriftResult
 	for _, p := range probes {
-		if p.readErr != nil || ctx.Err() != nil || !a.unchangedLocked(p) {
+		if p.readErr != nil || ctx.Err() != nil || a.closing || !p.unchanged(a.containers[p.c.key]) {
 			continue
 		}
 		res.Checked++
@@ -226,31 +228,20 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 	return res
 }
 
-// probesLocked snapshots what the idle containers should hold. A pod's
-// cgroup is checked with its first member (by key) that declares a
-// resource, and only when all its members are idle.
-func (a *Agent) probesLocked() []*probe {
-	pods := map[string][]*container{}
-	for _, c := range a.containers {
-		if c.pod != "" {
-			pods[c.pod] = append(pods[c.pod], c)
-		}
-	}
+// probesOf snapshots what the idle containers should hold. A pod's
+// cgroup is checked with its speaker, and only when all its members are
+// idle.
+func probesOf(containers map[string]*container, act *actuate.Actuator) []*probe {
 	var out []*probe
-	for _, c := range a.containers {
+	for _, c := range containers {
 		if (!c.cpu && !c.mem) || !idle(c) {
 			continue
 		}
-		p := &probe{c: c, path: c.cgroup, want: a.stored(c.cgroup, c.res.Cgroup(a.period, c.cpu, c.mem)), last: map[string]string{c.key: c.last}}
-		if members := pods[c.pod]; c.pod != "" && speaker(members) == c && !slices.ContainsFunc(members, func(o *container) bool { return !idle(o) }) {
-			p.pod, p.podUID, p.managed = c.pod, c.podUID, map[string]bool{}
-			for _, o := range members {
+		p := &probe{c: c, path: c.cgroup, want: act.ContainerFiles(c.cgroup, c.res, c.cpu, c.mem), last: map[string]string{c.key: c.last}}
+		if pd := c.pod; pd != nil && pd.speaker() == c && pd.idle() {
+			p.pod, p.podUID, p.members = pd.cgroup, c.podUID, pd.sizing(c, c.res, c.cpu, c.mem)
+			for _, o := range pd.members {
 				p.last[o.key] = o.last
-				p.managed[o.runtimeID] = true
-				p.pcpu, p.pmem = p.pcpu || o.cpu, p.pmem || o.mem
-				if o != c {
-					p.siblings = append(p.siblings, o.res)
-				}
 			}
 		}
 		out = append(out, p)
@@ -260,42 +251,28 @@ func (a *Agent) probesLocked() []*probe {
 }
 
 // podWantWith is what apply writes to the pod cgroup when the speaker has
-// self: the sum over the pod's containers, managed or not, for the
-// resources any managed one declares.
-func (p *probe) podWantWith(self intent.Resources, period uint64) cgroup.Resources {
-	return podResources(podMembers(self, p.siblings, p.others, p.managed, p.podUID)).Cgroup(period, p.pcpu, p.pmem)
+// self (actuate.Actuator.PodFiles, the one rule).
+func (p *probe) podWantWith(act *actuate.Actuator, self intent.Resources) cgroup.Resources {
+	members := slices.Clone(p.members)
+	members[0].Resources = self
+	return act.PodFiles(p.pod, p.podUID, members, p.listed)
 }
 
-func idle(c *container) bool { return !c.running && c.pending == nil }
-
-func speaker(members []*container) *container {
-	var s *container
-	for _, o := range members {
-		if (o.cpu || o.mem) && (s == nil || o.key < s.key) {
-			s = o
-		}
-	}
-	return s
-}
-
-// unchangedLocked reports whether nothing ran for p's container and pod
-// since the snapshot, so that what was read is drift and not an apply.
-func (a *Agent) unchangedLocked(p *probe) bool {
+// unchanged reports whether nothing ran for p's container and pod since
+// the snapshot, so that what was read is drift and not an apply; cur is
+// the container managed under its key now.
+func (p *probe) unchanged(cur *container) bool {
 	c := p.c
-	if a.closing || a.containers[c.key] != c || !idle(c) || c.cgroup != p.path {
+	if cur != c || !idle(c) || c.cgroup != p.path {
 		return false
 	}
 	if p.pod != "" {
-		n := 0
-		for _, o := range a.containers {
-			if o.pod == p.pod {
-				n++
-				if last, ok := p.last[o.key]; !ok || last != o.last || !idle(o) {
-					return false
-				}
+		for _, o := range c.pod.members {
+			if last, ok := p.last[o.key]; !ok || last != o.last || !idle(o) {
+				return false
 			}
 		}
-		return n == len(p.last)
+		return len(c.pod.members) == len(p.last)
 	}
 	return p.last[c.key] == c.last
 }
@@ -348,7 +325,7 @@ func (a *Agent) actLocked(p *probe) {
 			a.log.Info("cgroup drift resolved", "container", c.name, "cgroup", c.cgroup, "after", now.Sub(d.info.FirstSeen).Round(time.Millisecond))
 		}
 		d.info, d.sig, d.verify = nil, "", false
-		if d.contested && now.After(d.until) && (len(d.restoresAt) == 0 || now.Sub(d.restoresAt[len(d.restoresAt)-1]) > a.driftWindow()) {
+		if d.contested && now.After(d.until) && (len(d.restoresAt) == 0 || now.Sub(d.restoresAt[len(d.restoresAt)-1]) > a.drift.windowOr()) {
 			d.contested, d.backoff, d.restoresAt = false, 0, nil
 		}
 		return
@@ -362,13 +339,13 @@ func (a *Agent) actLocked(p *probe) {
 	}
 	d.sig, d.verify = sig, false
 	info := d.info
-	info.Files, info.LastSeen, info.Policy = files, now, a.driftPolicy()
+	info.Files, info.LastSeen, info.Policy = files, now, a.drift.policyOr()
 	if !fresh {
 		return // reported and acted on already; nothing new
 	}
-	switch a.driftPolicy() {
+	switch a.drift.policyOr() {
 	case DriftReport:
-		a.driftNoteLocked(c, d, files, DriftActionReport, "")
+		a.drift.note(c, d, files, DriftActionReport, "")
 	case DriftAdopt:
 		if len(p.files) > 0 {
 			if !a.adoptLocked(c, d, p) {
@@ -376,7 +353,7 @@ func (a *Agent) actLocked(p *probe) {
 			}
 			if p.podSt != nil {
 				// The pod's values follow from the adopted ones now.
-				p.podFiles = differ(p.pod, *p.podSt, a.stored(p.pod, p.podWantWith(c.res, a.period)), a.cg.PageSize())
+				p.podFiles = differ(p.pod, *p.podSt, p.podWantWith(a.act, c.res), a.cg.PageSize())
 			}
 			if len(p.podFiles) == 0 {
 				d.info, d.sig = nil, "" // the files hold the container's values now
@@ -384,17 +361,18 @@ func (a *Agent) actLocked(p *probe) {
 			}
 			info.Files, d.sig = p.podFiles, signature(p.podFiles)
 		}
-		a.driftNoteLocked(c, d, p.podFiles, DriftActionReport, "the pod-level values follow from its containers' and are not adopted")
+		a.drift.note(c, d, p.podFiles, DriftActionReport, "the pod-level values follow from its containers' and are not adopted")
 	default:
 		a.restoreLocked(c, d, files, now)
 	}
 }
 
-func (a *Agent) driftPolicy() DriftPolicy {
-	if a.drift.policy == "" {
+// policyOr is the policy, restore by default.
+func (d *drifts) policyOr() DriftPolicy {
+	if d.policy == "" {
 		return DriftRestore
 	}
-	return a.drift.policy
+	return d.policy
 }
 
 func signature(files []DriftFile) string {
@@ -405,28 +383,28 @@ func signature(files []DriftFile) string {
 	return b.String()
 }
 
-func (a *Agent) driftWindow() time.Duration {
-	if a.drift.window > 0 {
-		return a.drift.window
+func (d *drifts) windowOr() time.Duration {
+	if d.window > 0 {
+		return d.window
 	}
 	return defaultDriftWindow
 }
 
-// driftNoteLocked records the action taken, counts it per resource, and
+// note records the action taken on ds's drift, counts it per resource, and
 // logs it.
-func (a *Agent) driftNoteLocked(c *container, d *driftState, files []DriftFile, action, msg string) {
-	d.info.Action, d.info.Message = action, msg
-	if a.metrics != nil {
+func (d *drifts) note(c *container, ds *driftState, files []DriftFile, action, msg string) {
+	ds.info.Action, ds.info.Message = action, msg
+	if d.metrics != nil {
 		for _, res := range resourcesOf(files) {
-			a.metrics.Drift.WithLabelValues(res, action).Inc()
+			d.metrics.Drift.WithLabelValues(res, action).Inc()
 		}
 	}
 	desc := make([]string, len(files))
 	for i, f := range files {
 		desc[i] = f.String()
 	}
-	a.log.Warn("cgroup drift", "container", c.name, "cgroup", c.cgroup, "policy", a.driftPolicy(), "action", action,
-		"files", strings.Join(desc, "; "), "message", msg, "intent", d.info.Intent)
+	d.log.Warn("cgroup drift", "container", c.name, "cgroup", c.cgroup, "policy", d.policyOr(), "action", action,
+		"files", strings.Join(desc, "; "), "message", msg, "intent", ds.info.Intent)
 }
 
 func resourcesOf(files []DriftFile) []string {
@@ -446,7 +424,7 @@ func resourcesOf(files []DriftFile) []string {
 // restoreLocked makes an intent that puts the container's values back,
 // unless the flapping guard says to hold off.
 func (a *Agent) restoreLocked(c *container, d *driftState, files []DriftFile, now time.Time) {
-	window := a.driftWindow()
+	window := a.drift.windowOr()
 	if now.Before(d.until) {
 		d.info.Action = DriftActionBackoff
 		return
@@ -458,7 +436,7 @@ func (a *Agent) restoreLocked(c *container, d *driftState, files []DriftFile, no
 		limit = defaultDriftRestores
 	}
 	prev := ""
-	if r, ok := a.intents[d.intent]; ok && r.Status.State != intent.Completed {
+	if r, ok := a.hist.intents[d.intent]; ok && r.Status.State != intent.Completed {
 		prev = fmt.Sprintf("; the last restore intent %s ended %s: %s", r.ID, r.Status.State, r.Status.Message)
 	}
 	if len(d.restoresAt) >= limit || (d.contested && len(d.restoresAt) > 0) {
@@ -467,21 +445,21 @@ func (a *Agent) restoreLocked(c *container, d *driftState, files []DriftFile, no
 		d.until = now.Add(d.backoff)
 		until := d.until
 		d.info.BackoffUntil = &until
-		a.driftNoteLocked(c, d, files, DriftActionBackoff, fmt.Sprintf(
+		a.drift.note(c, d, files, DriftActionBackoff, fmt.Sprintf(
 			"the drift came back after %d restore(s) within %s: another writer seems to own these files; not restoring until %s%s",
 			len(d.restoresAt), window, until.UTC().Format(time.RFC3339), prev))
 		return
 	}
 	r, err := a.driftIntentLocked(c)
 	if err != nil {
-		a.driftNoteLocked(c, d, files, DriftActionReport, "cannot restore: "+err.Error())
+		a.drift.note(c, d, files, DriftActionReport, "cannot restore: "+err.Error())
 		return
 	}
 	d.restoresAt = append(d.restoresAt, now)
 	d.intent, d.verify = r.ID, true
 	d.info.Intent = r.ID
 	d.info.Restores++
-	a.driftNoteLocked(c, d, files, DriftActionRestore, "restoring through intent "+r.ID+prev)
+	a.drift.note(c, d, files, DriftActionRestore, "restoring through intent "+r.ID+prev)
 }
 
 // driftIntentLocked accepts an intent that gives c again the resources it
@@ -497,7 +475,7 @@ func (a *Agent) driftIntentLocked(c *container) (*record, error) {
 	}
 	now := a.now()
 	a.seq++
-	r := &record{Intent: intent.Intent{ID: spec.ID, Spec: spec, Status: intent.Status{
+	r := &record{Intent: intent.Intent{ID: spec.ID, Origin: intent.OriginDrift, Spec: spec, Status: intent.Status{
 		State: intent.Proposed, AcceptedAt: now, UpdatedAt: now,
 		Message: "made by the agent to restore drifted cgroup values",
 	}}, change: change, seq: a.seq, key: c.key}
@@ -507,7 +485,7 @@ func (a *Agent) driftIntentLocked(c *container) (*record, error) {
 
 // declaredSpec is a spec for c's declared resources as it holds them now.
 func declaredSpec(c *container) intent.Spec {
-	t := intent.Target{Name: c.name, PodCgroupPath: c.pod}
+	t := intent.Target{Name: c.name, PodCgroupPath: c.podPath()}
 	switch {
 	case c.runtimeID == "":
 		t.CgroupPath = c.cgroup
@@ -542,9 +520,9 @@ func declaredSpec(c *container) intent.Spec {
 // the node; otherwise it refuses and says why. It reports whether it
 // adopted.
 func (a *Agent) adoptLocked(c *container, d *driftState, p *probe) bool {
-	want, err := a.adoptedLocked(c, p.st, p.files)
+	want, err := adopted(c, p.st, p.files, a.period, a.ledger)
 	if err != nil {
-		a.driftNoteLocked(c, d, p.files, DriftActionRefuse, "not adopted: "+err.Error())
+		a.drift.note(c, d, p.files, DriftActionRefuse, "not adopted: "+err.Error())
 		return false
 	}
 	old := c.res
@@ -558,18 +536,18 @@ func (a *Agent) adoptLocked(c *container, d *driftState, p *probe) bool {
 		desc[i] = f.File + "=" + f.Found
 	}
 	msg := fmt.Sprintf("adopted the values another writer set (%s): %s, was %s", strings.Join(desc, " "), want, old)
-	r := &record{Intent: intent.Intent{ID: spec.ID, Spec: spec, Status: intent.Status{
+	r := &record{Intent: intent.Intent{ID: spec.ID, Origin: intent.OriginDrift, Spec: spec, Status: intent.Status{
 		State: intent.Completed, Reason: ReasonDriftAdopted, Message: msg,
 		AcceptedAt: now, UpdatedAt: now, CompletedAt: &now,
 	}}, change: change, seq: a.seq, key: c.key}
-	a.intents[r.ID] = r
-	a.order = append(a.order, r.ID)
+	a.hist.intents[r.ID] = r
+	a.hist.order = append(a.hist.order, r.ID)
 	a.hub.publish(Event{Type: "ADDED", Intent: r.Intent})
 	c.last, d.seen, d.intent = r.ID, r.ID, r.ID
 	a.journalLocked(r) // with c.res: the adopted values survive a restart
 	d.info.Intent = r.ID
-	a.driftNoteLocked(c, d, p.files, DriftActionAdopt, msg)
-	a.evictLocked()
+	a.drift.note(c, d, p.files, DriftActionAdopt, msg)
+	a.hist.evict(a.history)
 	if requests(want).MilliCPU < requests(old).MilliCPU {
 		a.retryDeferredLocked()
 	}
@@ -579,18 +557,18 @@ func (a *Agent) adoptLocked(c *container, d *driftState, p *probe) bool {
 // adoptedLocked is c's resources with the drifted files' values taken in.
 // The memory request stays as declared (no file holds it); a changed
 // cpu.weight is taken as the CPU request that gives it.
-func (a *Agent) adoptedLocked(c *container, st cgroup.State, files []DriftFile) (intent.Resources, error) {
+func adopted(c *container, st cgroup.State, files []DriftFile, period uint64, ledger *admission.Ledger) (intent.Resources, error) {
 	n := c.res
 	for _, f := range files {
 		switch f.File {
 		case cgroup.FileCPUMax:
 			n.CPULimit = 0
 			if q := st.CPUMax.Quota; q != cgroup.Unlimited {
-				if st.CPUMax.Period != a.period {
-					return n, fmt.Errorf("cpu.max %s has a period other than the agent's %d", st.CPUMax, a.period)
+				if st.CPUMax.Period != period {
+					return n, fmt.Errorf("cpu.max %s has a period other than the agent's %d", st.CPUMax, period)
 				}
-				n.CPULimit = q * cgroup.MilliCPUToCPU / int64(a.period)
-				if n.CPULimit == 0 || cgroup.MilliCPUToQuota(n.CPULimit, a.period) != q {
+				n.CPULimit = q * cgroup.MilliCPUToCPU / int64(period)
+				if n.CPULimit == 0 || cgroup.MilliCPUToQuota(n.CPULimit, period) != q {
 					return n, fmt.Errorf("cpu.max %s is not a whole number of millicores", st.CPUMax)
 				}
 			}
@@ -614,12 +592,12 @@ func (a *Agent) adoptedLocked(c *container, st cgroup.State, files []DriftFile) 
 		return n, fmt.Errorf("the declared memory request %s would be above the limit %s", intent.FormatMemory(n.MemoryRequest), intent.FormatMemory(n.MemoryLimit))
 	}
 	if c.cpu && c.mem {
-		if before, after := a.podQOSLocked(c, c.res), a.podQOSLocked(c, n); before != after {
+		if before, after := c.qos(c.res), c.qos(n); before != after {
 			return n, fmt.Errorf("%s: it would change the QoS class from %s to %s", intent.ReasonQoSChange, before, after)
 		}
 	}
 	if req := requests(n); req != requests(c.res) {
-		if dec := a.ledger.Reserve(c.key, req); dec.Verdict != admission.Fit {
+		if dec := ledger.Reserve(c.key, req); dec.Verdict != admission.Fit {
 			return n, fmt.Errorf("the CPU request %s it implies does not fit: %s", intent.FormatCPU(n.CPURequest), dec.Message)
 		}
 	}
@@ -644,13 +622,13 @@ func requestForWeight(w uint64) (int64, bool) {
 	return lo, true
 }
 
-// driftInfoLocked is a copy of c's drift, for the container listing.
-func (a *Agent) driftInfoLocked(c *container) *DriftInfo {
-	d := a.drift.state[c.key]
-	if d == nil || d.c != c || d.info == nil {
+// info is a copy of c's drift, for the container listing.
+func (d *drifts) info(c *container) *DriftInfo {
+	ds := d.state[c.key]
+	if ds == nil || ds.c != c || ds.info == nil {
 		return nil
 	}
-	info := *d.info
+	info := *ds.info
 	info.Files = slices.Clone(info.Files)
 	return &info
 }

@@ -20,3 +20,7 @@ var ErrRuntime = errors.New("container runtime error")
 // ErrJournal is returned when an intent cannot be journaled: it is then
 // not accepted.
 var ErrJournal = errors.New("journal error")
+
+// errClosing is why the writes in flight stop waiting (a reclaim) once
+// Close begins; it ends up in the message of the intent that gave up.
+var errClosing = errors.New("the agent is shutting down")

@@ -3,9 +3,12 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/resizer/resize-agent/agent/actuate"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/journal"
 	"github.com/resizer/resize-agent/cgroup"
@@ -115,12 +118,15 @@ func (a *Agent) Recover() (Recovery, error) {
 			continue
 		}
 		r := &record{Intent: jr.Intent, seq: jr.Seq, key: jr.Container, restarting: jr.Restarting}
+		if r.Origin == "" {
+			r.Origin = legacyOrigin(r.ID)
+		}
 		a.seq = max(a.seq, r.seq)
-		if _, dup := a.intents[r.ID]; dup {
+		if _, dup := a.hist.intents[r.ID]; dup {
 			continue
 		}
-		a.intents[r.ID] = r
-		a.order = append(a.order, r.ID)
+		a.hist.intents[r.ID] = r
+		a.hist.order = append(a.hist.order, r.ID)
 		if r.Status.State.Terminal() {
 			continue
 		}
@@ -159,7 +165,11 @@ func (a *Agent) Recover() (Recovery, error) {
 	}
 	if len(resumed) > 0 {
 		for _, c := range resumed {
-			a.releaseMemoryHighLocked(c)
+			for _, p := range []string{c.cgroup, c.podPath()} {
+				if p != "" {
+					releaseMemoryHigh(a.act, a.log, p)
+				}
+			}
 			a.kickLocked(c)
 		}
 		// Nothing else runs yet: the workers are those just kicked, and
@@ -186,11 +196,24 @@ func (a *Agent) Recover() (Recovery, error) {
 			a.kickLocked(c)
 		}
 	}
-	a.evictLocked()
+	a.hist.evict(a.history)
 	out.Took = time.Since(start)
 	a.log.Info("journal replayed", "intents", out.Intents, "requeued", out.Requeued, "failed", out.Failed,
 		"containers", out.Containers, "took", out.Took)
 	return out, nil
+}
+
+// legacyOrigin is the origin of an intent journaled before intents carried
+// one: then only its ID told, by the prefixes the Kubernetes intake
+// (kube.IDPrefix) and the drift check (DriftIntentPrefix) give their IDs.
+func legacyOrigin(id string) intent.Origin {
+	switch {
+	case strings.HasPrefix(id, "k8s."):
+		return intent.OriginKubernetes
+	case strings.HasPrefix(id, DriftIntentPrefix):
+		return intent.OriginDrift
+	}
+	return intent.OriginAPI
 }
 
 func recoveryReason(err error) string {
@@ -220,17 +243,17 @@ func (a *Agent) journalLocked(r *record) {
 	a.journal.Append(jr)
 }
 
-// markRestarting puts on disk, before the restart begins, that j's intent
-// restarts its container, so that recovery from a crash mid-restart can
+// markRestarting puts on disk, before the restart begins, that r restarts
+// its container runtimeID, so that recovery from a crash mid-restart can
 // tell whether the restart happened (the container has a new ID) and not
 // restart it twice. Without the record on disk, the restart does not begin.
-func (a *Agent) markRestarting(j *applyJob) error {
+func (a *Agent) markRestarting(r *record, runtimeID string) error {
 	if a.journal == nil {
 		return nil
 	}
 	a.mu.Lock()
-	j.r.restarting = j.runtimeID
-	t := a.journal.Append(journal.Record{Seq: j.r.seq, Container: j.r.key, Intent: j.r.Intent, Restarting: j.runtimeID})
+	r.restarting = runtimeID
+	t := a.journal.Append(journal.Record{Seq: r.seq, Container: r.key, Intent: r.Intent, Restarting: runtimeID})
 	a.mu.Unlock()
 	if err := a.journal.Wait(t); err != nil {
 		return fmt.Errorf("%w: %w", ErrJournal, err)
@@ -278,7 +301,7 @@ func (a *Agent) awaitAcceptLocked(r *record) (intent.Intent, bool, error) {
 	if err != nil {
 		return intent.Intent{}, false, fmt.Errorf("%w: intent not accepted: %w", ErrJournal, err)
 	}
-	if cur, ok := a.intents[r.ID]; ok {
+	if cur, ok := a.hist.intents[r.ID]; ok {
 		return cur.Intent, false, nil
 	}
 	return r.Intent, false, nil
@@ -289,11 +312,7 @@ func (a *Agent) awaitAcceptLocked(r *record) (intent.Intent, bool, error) {
 // their sync out of order: an intent older than one already accepted is
 // superseded by it at once, as it would have been in order.
 func (a *Agent) acceptLocked(c *container, r *record) {
-	a.intents[r.ID] = r
-	a.order = append(a.order, r.ID)
-	for i := len(a.order) - 1; i > 0 && a.intents[a.order[i-1]].seq > r.seq; i-- {
-		a.order[i-1], a.order[i] = a.order[i], a.order[i-1]
-	}
+	a.hist.add(r)
 	a.gauge(1)
 	a.hub.publish(Event{Type: "ADDED", Intent: r.Intent})
 	a.log.Info("intent accepted", "intent", r.ID, "container", c.name, "cgroup", c.cgroup, "resources", describe(r.change))
@@ -313,34 +332,18 @@ func (a *Agent) acceptLocked(c *container, r *record) {
 		c.pending, c.newest = r, r
 		a.kickLocked(c)
 	}
-	a.evictLocked()
+	a.hist.evict(a.history)
 }
 
-// releaseMemoryHighLocked puts memory.high of a container whose intent was
-// being applied at the crash (and of its pod) back to max. The agent sets
-// memory.high only while it shrinks memory (shrink.go), and restores it
-// after; a crash in between would leave the container throttled at the old
-// target, and the shrink run again by the re-apply would take that lowered
-// value for the one to restore. The kubelet leaves memory.high alone
-// (unless its alpha MemoryQoS gate is on), so max is what was there.
-func (a *Agent) releaseMemoryHighLocked(c *container) {
-	ms, ok := a.cg.(memoryShrinker)
-	if !ok {
-		return
-	}
-	for _, p := range []string{c.cgroup, c.pod} {
-		if p == "" {
-			continue
-		}
-		m, err := ms.ReadMemory(p)
-		if err != nil || m.High == cgroup.Unlimited {
-			continue
-		}
-		if err := ms.SetMemoryHigh(p, cgroup.Unlimited); err != nil {
-			a.log.Warn("journal: cannot restore memory.high left by an interrupted shrink", "cgroup", p, "err", err)
-			continue
-		}
-		a.log.Info("journal: memory.high left lowered by an interrupted shrink restored to max", "cgroup", p, "was", m.High)
+// releaseMemoryHigh puts memory.high of a cgroup whose intent was being
+// applied at the crash back to max (see actuate.Actuator.ReleaseMemoryHigh).
+func releaseMemoryHigh(act *actuate.Actuator, log *slog.Logger, p string) {
+	was, err := act.ReleaseMemoryHigh(p)
+	switch {
+	case err != nil:
+		log.Warn("journal: cannot restore memory.high left by an interrupted shrink", "cgroup", p, "err", err)
+	case was != cgroup.Unlimited:
+		log.Info("journal: memory.high left lowered by an interrupted shrink restored to max", "cgroup", p, "was", was)
 	}
 }
 

@@ -121,9 +121,25 @@ type Status struct {
 	ContainerID string `json:"containerID,omitempty"`
 }
 
+// Origin says who asked for an intent.
+type Origin string
+
+const (
+	// OriginAPI: a client of the agent's API.
+	OriginAPI Origin = "api"
+	// OriginKubernetes: the Kubernetes intake, from a pod's resize request.
+	OriginKubernetes Origin = "kubernetes"
+	// OriginDrift: the agent itself, restoring or adopting values changed
+	// behind its back (the reason tells which).
+	OriginDrift Origin = "drift"
+)
+
 // Intent is an accepted Spec with its Status.
 type Intent struct {
-	ID     string `json:"id"`
+	ID string `json:"id"`
+	// Origin is set by the agent when it accepts the intent; a spec cannot
+	// name it.
+	Origin Origin `json:"origin,omitempty"`
 	Spec   Spec   `json:"spec"`
 	Status Status `json:"status"`
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,10 +30,10 @@ import (
 
 // Agent is what the intake needs of the agent; *agent.Agent implements it.
 type Agent interface {
-	Submit(intent.Spec) (intent.Intent, bool, error)
+	SubmitFrom(intent.Origin, intent.Spec) (intent.Intent, bool, error)
 	Get(id string) (intent.Intent, error)
 	Watch(ctx context.Context, f agent.Filter) <-chan agent.Event
-	Forget(name string) error
+	ForgetContainer(agent.Key) error
 	List(f agent.Filter, state intent.State) []intent.Intent
 }
 
@@ -375,7 +374,7 @@ func (in *Intake) podGone(key string) {
 		if cs.id == "" {
 			continue
 		}
-		err := in.agent.Forget("pod:" + string(uid) + "/" + name)
+		err := in.agent.ForgetContainer(agent.Key{PodUID: string(uid), Name: name})
 		if err != nil && !errors.Is(err, agent.ErrNotFound) {
 			in.log.Warn("forgetting container of a gone pod", "pod", key, "container", name, "err", err)
 		} else if err == nil {
@@ -426,7 +425,7 @@ func (in *Intake) submit(pod *corev1.Pod, ps *podState, d Desired) error {
 	}
 	spec := d.Spec
 	spec.ID = in.pickID(cs, d)
-	_, created, err := in.agent.Submit(spec)
+	_, created, err := in.agent.SubmitFrom(intent.OriginKubernetes, spec)
 	switch {
 	case err == nil:
 		cs.id, cs.hash, cs.refused, cs.refusedHash = spec.ID, d.Hash, "", ""
@@ -468,7 +467,7 @@ func (in *Intake) pickID(cs *ctrState, d Desired) string {
 func (in *Intake) latestID(uid types.UID, name string) string {
 	its := in.agent.List(agent.Filter{Container: name}, "")
 	for i := len(its) - 1; i >= 0; i-- {
-		if t := its[i].Spec.Target; strings.HasPrefix(its[i].ID, IDPrefix) && t.PodUID == string(uid) && t.Name == name {
+		if t := its[i].Spec.Target; its[i].Origin == intent.OriginKubernetes && t.PodUID == string(uid) && t.Name == name {
 			return its[i].ID
 		}
 	}
@@ -572,11 +571,11 @@ func (in *Intake) enqueueTracked() {
 }
 
 func (in *Intake) onIntent(it intent.Intent) {
-	if strings.HasPrefix(it.ID, agent.DriftIntentPrefix) {
+	if it.Origin == intent.OriginDrift {
 		in.onDrift(it)
 		return
 	}
-	if !strings.HasPrefix(it.ID, IDPrefix) || it.Spec.Target.PodUID == "" {
+	if it.Origin != intent.OriginKubernetes || it.Spec.Target.PodUID == "" {
 		return
 	}
 	st := it.Status.State

@@ -1,6 +1,7 @@
-package agent
+package actuate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -39,12 +40,6 @@ const (
 	shrinkStallGrace = 2 * time.Second
 )
 
-// WithShrinkTimeout sets how long a memory decrease below usage may spend
-// bringing usage down before it fails and restores memory.high (default
-// DefaultShrinkTimeout). d < 0 turns the procedure off: such a decrease is
-// refused as it is on kernels without memory.reclaim.
-func WithShrinkTimeout(d time.Duration) Option { return func(a *Agent) { a.shrinkTimeout = d } }
-
 // memoryShrinker is what a shrink needs of the cgroup filesystem beyond
 // Cgroups; *cgroup.Manager has it.
 type memoryShrinker interface {
@@ -57,9 +52,9 @@ type memoryShrinker interface {
 // belowUsage lists the levels whose new memory.max is below their usage and
 // below their present limit: the container first (not when it restarts,
 // since a restarted container starts from nothing), then its pod.
-func belowUsage(j *applyJob) []*level {
+func belowUsage(j *job) []*level {
 	var out []*level
-	if !j.restart {
+	if !j.Restart {
 		out = append(out, &j.ctr)
 	}
 	if j.pod != nil {
@@ -79,16 +74,16 @@ func belowUsage(j *applyJob) []*level {
 // the decrease is refused (memory.reclaim missing, shrinking turned off, or
 // usage back above the limit after a shrink), or it was carried out by
 // shrink, which called write again once usage was down.
-func (a *Agent) memoryBelowUsage(j *applyJob) (applyResult, bool) {
-	if j.r.Spec.AllowMemoryBelowUsage {
-		return applyResult{}, false
+func (j *job) memoryBelowUsage() (Result, bool) {
+	if j.AllowMemoryBelowUsage {
+		return Result{}, false
 	}
 	levels := belowUsage(j)
 	if len(levels) == 0 {
-		return applyResult{}, false
+		return Result{}, false
 	}
-	ms, ok := a.cg.(memoryShrinker)
-	if ok && !j.shrunk && a.shrinkTimeout >= 0 {
+	ms, ok := j.x.Cgroups.(memoryShrinker)
+	if ok && !j.shrunk && j.x.ShrinkTimeout >= 0 {
 		for _, l := range levels {
 			if sup, err := ms.SupportsReclaim(l.path); err != nil || !sup {
 				ok = false
@@ -96,7 +91,7 @@ func (a *Agent) memoryBelowUsage(j *applyJob) (applyResult, bool) {
 		}
 		if ok {
 			j.shrunk = true
-			return a.shrink(ms, j, levels), true
+			return j.shrink(ms, levels), true
 		}
 	}
 	l := levels[0]
@@ -122,32 +117,40 @@ type shrinkReport struct {
 	err           error // why usage did not come down; nil when it did
 }
 
+// Reclaim is what a shrink did, for the log: a note per level whose usage
+// came down, and the restores of memory.high, with their failures.
+type Reclaim struct {
+	Reclaimed, Restored []string
+	RestoreErr          error
+}
+
 // shrink brings each level's usage under its new limit, container first,
 // then runs write, then restores memory.high whatever happened.
-func (a *Agent) shrink(ms memoryShrinker, j *applyJob, levels []*level) applyResult {
-	timeout := a.shrinkTimeout
+func (j *job) shrink(ms memoryShrinker, levels []*level) Result {
+	timeout := j.x.ShrinkTimeout
 	if timeout == 0 {
 		timeout = DefaultShrinkTimeout
 	}
 	deadline := time.Now().Add(timeout)
 	var done []*shrinkReport
-	var out applyResult
+	var out Result
 	for _, l := range levels {
-		rep := a.reclaimTo(ms, l.path, *l.want.MemoryMax, deadline)
+		rep := j.reclaimTo(ms, l.path, *l.want.MemoryMax, deadline)
 		done = append(done, rep)
 		if rep.err != nil {
 			out = failed(intent.ReasonMemoryBelowUsage, "%s", rep.failure())
 			break
 		}
 	}
-	if out.state == "" {
+	if out.State == "" {
 		// write times its own phases; write's caller times this whole call
 		// as the reclaim phase, so take write's share back out of it.
 		t := time.Now()
-		out = a.write(j)
-		j.took.reclaim -= time.Since(t)
+		out = j.write()
+		j.took.Reclaim -= time.Since(t)
 	}
 	var notes, restored []string
+	var restoreErrs []error
 	for _, rep := range done {
 		if rep.err == nil {
 			notes = append(notes, rep.success())
@@ -158,21 +161,21 @@ func (a *Agent) shrink(ms memoryShrinker, j *applyJob, levels []*level) applyRes
 			continue
 		}
 		if err := ms.SetMemoryHigh(rep.path, rep.oldHigh); err != nil {
-			a.log.Warn("restoring memory.high after a shrink failed", "intent", j.r.ID, "cgroup", rep.path, "err", err)
+			restoreErrs = append(restoreErrs, fmt.Errorf("restoring memory.high of %s: %w", rep.path, err))
 			restored = append(restored, fmt.Sprintf("restoring memory.high of %s to %s FAILED: %v", rep.path, maxText(rep.oldHigh), err))
 			continue
 		}
 		restored = append(restored, fmt.Sprintf("memory.high of %s restored to %s", rep.path, maxText(rep.oldHigh)))
 	}
-	a.log.Info("memory shrink", "intent", j.r.ID, "state", out.state, "reclaim", strings.Join(notes, "; "), "restore", strings.Join(restored, "; "))
-	msg := out.msg
+	j.rec = &Reclaim{Reclaimed: notes, Restored: restored, RestoreErr: errors.Join(restoreErrs...)}
+	msg := out.Message
 	if len(notes) > 0 {
 		msg = strings.Join(notes, "; ") + "; then " + msg
 	}
 	if len(restored) > 0 {
 		msg += "; " + strings.Join(restored, ", ")
 	}
-	out.msg = msg
+	out.Message = msg
 	return out
 }
 
@@ -180,7 +183,7 @@ func (a *Agent) shrink(ms memoryShrinker, j *applyJob, levels []*level) applyRes
 // asks the kernel to reclaim until memory.current is a little under target,
 // until deadline, until usage stops falling, or until the cgroup is stalled
 // on memory too much. It leaves memory.high lowered; shrink restores it.
-func (a *Agent) reclaimTo(ms memoryShrinker, path string, target int64, deadline time.Time) *shrinkReport {
+func (j *job) reclaimTo(ms memoryShrinker, path string, target int64, deadline time.Time) *shrinkReport {
 	rep := &shrinkReport{path: path, target: target}
 	start := time.Now()
 	defer func() { rep.took = time.Since(start) }()
@@ -193,7 +196,7 @@ func (a *Agent) reclaimTo(ms memoryShrinker, path string, target int64, deadline
 	// Aim under the limit by a margin, so that memory.max can be written
 	// without the kernel reclaiming (or OOM-killing) for the last pages
 	// charged meanwhile.
-	page := a.cg.PageSize()
+	page := j.x.Cgroups.PageSize()
 	goal := target - max(target/100, 64*page)
 	high := target
 	if rep.oldHigh != cgroup.Unlimited && rep.oldHigh < high {
@@ -233,10 +236,11 @@ func (a *Agent) reclaimTo(ms memoryShrinker, path string, target int64, deadline
 			rep.err = fmt.Errorf("usage did not come down within the %s timeout", round(time.Since(start)))
 			return rep
 		}
-		if a.isClosing() {
-			// Give up rather than outlive the shutdown: memory.high is
-			// restored on the way out, not left lowered.
-			rep.err = errors.New("the agent is shutting down")
+		if j.ctx.Err() != nil {
+			// Give up rather than outlive the caller (the agent shutting
+			// down): memory.high is restored on the way out, not left
+			// lowered.
+			rep.err = context.Cause(j.ctx)
 			return rep
 		}
 		rep.rounds++
@@ -292,8 +296,21 @@ func maxText(v int64) string {
 	return intent.FormatMemory(v)
 }
 
-func (a *Agent) isClosing() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.closing
+// ReleaseMemoryHigh puts memory.high of path back to max, and says what it
+// was (max when there was nothing to do). The agent sets memory.high only
+// while it shrinks memory, and restores it after; a crash in between would
+// leave the cgroup throttled at the old target, and a shrink run again
+// would take that lowered value for the one to restore. The kubelet leaves
+// memory.high alone (unless its alpha MemoryQoS gate is on), so max is what
+// was there.
+func (x *Actuator) ReleaseMemoryHigh(path string) (int64, error) {
+	ms, ok := x.Cgroups.(memoryShrinker)
+	if !ok {
+		return cgroup.Unlimited, nil
+	}
+	m, err := ms.ReadMemory(path)
+	if err != nil || m.High == cgroup.Unlimited {
+		return cgroup.Unlimited, nil
+	}
+	return m.High, ms.SetMemoryHigh(path, cgroup.Unlimited)
 }

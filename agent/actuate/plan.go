@@ -1,7 +1,6 @@
-package agent
+package actuate
 
 import (
-	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/cgroup"
 )
 
@@ -122,27 +121,4 @@ func memLimit(v int64) int64 {
 		return 1<<63 - 1
 	}
 	return v
-}
-
-// podResources is the pod-level cgroup for these containers, as the kubelet
-// computes it (pkg/kubelet/cm/helpers_linux.go, ResourceConfigForPod):
-// cpu.weight from the sum of the CPU requests; cpu.max from the sum of the
-// CPU limits, but only when every container has one; memory.max likewise.
-func podResources(containers []intent.Resources) intent.Resources {
-	var sum intent.Resources
-	cpuLimited, memLimited := true, true
-	for _, r := range containers {
-		sum.CPURequest += r.CPURequest
-		sum.CPULimit += r.CPULimit
-		sum.MemoryLimit += r.MemoryLimit
-		cpuLimited = cpuLimited && r.CPULimit > 0
-		memLimited = memLimited && r.MemoryLimit > 0
-	}
-	if !cpuLimited {
-		sum.CPULimit = 0
-	}
-	if !memLimited {
-		sum.MemoryLimit = 0
-	}
-	return sum
 }

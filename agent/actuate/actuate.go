@@ -1,0 +1,390 @@
+package actuate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cri"
+)
+
+// Cgroups is what a resize needs of the cgroup filesystem; *cgroup.Manager
+// implements it, and the optional storer and memoryShrinker.
+type Cgroups interface {
+	Read(path string) (cgroup.State, error)
+	Write(path string, r cgroup.Resources) error
+	PathOf(pid int) (string, error)
+	PageSize() int64
+}
+
+// Runtime is what a resize needs of the container runtime; *cri.Client
+// implements it, and the optional podLister.
+type Runtime interface {
+	Update(ctx context.Context, id string, r cri.Resources) error
+	Restart(ctx context.Context, id string, r cri.Resources, stopTimeout time.Duration) (cri.Container, error)
+}
+
+// Actuator carries out admitted resizes. It holds its dependencies and
+// settings only: nothing of one call is kept for the next, and it is safe
+// for concurrent use on different containers.
+type Actuator struct {
+	Cgroups Cgroups
+	Runtime Runtime // nil: containers are resized through their files only
+	Period  uint64  // cpu.max period in microseconds
+	// ShrinkTimeout bounds how long a memory decrease below usage may spend
+	// bringing usage down; 0 means DefaultShrinkTimeout, < 0 refuses such
+	// a decrease.
+	ShrinkTimeout time.Duration
+	Metrics       *metrics.Metrics // nil: nothing recorded
+}
+
+// Level is one cgroup of a resize and what its files must hold
+// (ContainerFiles, PodFiles).
+type Level struct {
+	Path string
+	Want cgroup.Resources
+}
+
+// Job is one admitted resize of one container.
+type Job struct {
+	// Want is what the container is given; Old what it had, for the
+	// runtime's record when a step is undone.
+	Want, Old intent.Resources
+	// CPU and Memory say which resources are declared once it is applied.
+	CPU, Memory bool
+	RuntimeID   string // "" for a bare cgroup
+	// Restart: the container is restarted with its new resources (its
+	// resizePolicy asks for it for a resource that changes).
+	Restart bool
+	// AllowMemoryBelowUsage writes a memory limit below usage at once.
+	AllowMemoryBelowUsage bool
+	Container             Level
+	Pod                   *Level // nil: no pod cgroup kept in step
+	// BeforeRestart, when set, is called before the container is
+	// restarted; an error keeps it from being restarted. The agent
+	// journals the restart there.
+	BeforeRestart func() error
+}
+
+// Phases is the time one resize spent in each phase.
+type Phases struct{ Reclaim, Runtime, Verify time.Duration }
+
+// Result is what became of a Job.
+type Result struct {
+	State   intent.State // Completed or Failed
+	Reason  string
+	Message string
+	// Applied lists the files written and verified, by cgroup path.
+	Applied map[string][]cgroup.Value
+	// Via is how the container's own cgroup changed: cgroup, runtime,
+	// runtime+cgroup or restart.
+	Via string
+	// Restarted is the container that replaced the job's, whatever else
+	// happened, and Cgroup its cgroup.
+	Restarted *cri.Container
+	Cgroup    string
+	Took      Phases
+	// Step is the step that failed and what undoing the ones before gave.
+	Step *StepError
+	// Reclaim is set when memory was reclaimed before a decrease.
+	Reclaim *Reclaim
+}
+
+// StepError is the step a resize failed at.
+type StepError struct {
+	Path     string
+	Values   []cgroup.Value
+	Err      error
+	Rollback error // undoing the steps done before it; nil when it worked
+}
+
+// runtimeTimeout bounds the runtime's part of one resize.
+const runtimeTimeout = 30 * time.Second
+
+// job is one call of Do: the Job with what was read of the files.
+type job struct {
+	x   *Actuator
+	ctx context.Context
+	Job
+	ctr    level
+	pod    *level
+	shrunk bool // the shrink reclaimed before this write
+	took   Phases
+	rec    *Reclaim
+	step   *StepError
+}
+
+// Do carries out j. Once ctx ends, a reclaim in progress stops (and the
+// decrease fails); the writes and runtime calls in hand still run to their
+// end, bounded by their own timeouts, so that a resize is never left half
+// written without its rollback.
+func (x *Actuator) Do(ctx context.Context, j Job) Result {
+	r := &job{x: x, ctx: ctx, Job: j, ctr: level{path: j.Container.Path, want: j.Container.Want}}
+	if j.Pod != nil {
+		r.pod = &level{path: j.Pod.Path, want: j.Pod.Want}
+	}
+	out := r.write()
+	out.Took, out.Reclaim, out.Step = r.took, r.rec, r.step
+	return out
+}
+
+// runtimeCtx is the context of one runtime call: not cancelled with ctx
+// (see Do), bounded by d.
+func (j *job) runtimeCtx(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(j.ctx), d)
+}
+
+// timed runs f and adds its duration to *d.
+func timed(d *time.Duration, f func()) {
+	t := time.Now()
+	f()
+	*d += time.Since(t)
+}
+
+func failed(reason, format string, args ...any) Result {
+	return Result{State: intent.Failed, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// write reads the levels, then writes the plan's steps in order.
+func (j *job) write() Result {
+	x := j.x
+	var err error
+	failedPath := j.ctr.path
+	timed(&j.took.Verify, func() {
+		if j.ctr.cur, err = x.Cgroups.Read(j.ctr.path); err == nil && j.pod != nil {
+			failedPath = j.pod.path
+			j.pod.cur, err = x.Cgroups.Read(j.pod.path)
+		}
+	})
+	if err != nil {
+		return readFailed(failedPath, err)
+	}
+	// A decrease below usage: shrink.go brings usage down first, or refuses.
+	var refused Result
+	var stop bool
+	timed(&j.took.Reclaim, func() { refused, stop = j.memoryBelowUsage() })
+	if stop {
+		return refused
+	}
+	steps := plan(j.ctr, j.pod, x.Cgroups.PageSize())
+	if j.Restart {
+		return j.restart(steps)
+	}
+	if len(steps) == 0 {
+		return Result{State: intent.Completed, Reason: intent.ReasonNoChange, Message: "cgroup already holds the requested values"}
+	}
+	out := Result{State: intent.Completed, Reason: intent.ReasonApplied, Applied: map[string][]cgroup.Value{}, Via: "cgroup"}
+	var notes []string
+	for i, s := range steps {
+		how, note, err := j.writeStep(s)
+		if note != "" {
+			notes = append(notes, note)
+		}
+		if err != nil {
+			rb := j.rollback(steps[:i])
+			j.step = &StepError{Path: s.path, Values: s.resource.Values(), Err: err, Rollback: rb}
+			reason := intent.ReasonWriteFailed
+			switch {
+			case errors.Is(err, cri.ErrNotFound) || errors.Is(err, cgroup.ErrNotFound):
+				reason = intent.ReasonContainerGone
+			case errors.Is(err, cri.ErrUnavailable):
+				reason = intent.ReasonRuntimeUnavailable
+			}
+			msg := fmt.Sprintf("writing %s %s: %v", s.path, s.group, err)
+			if rb != nil {
+				msg += "; rollback: " + rb.Error()
+			} else if i > 0 {
+				msg += fmt.Sprintf("; the %d step(s) done before were undone", i)
+			}
+			return failed(reason, "%s", msg)
+		}
+		if s.container && how != "cgroup" {
+			out.Via = how
+		}
+		out.Applied[s.path] = append(out.Applied[s.path], s.resource.Values()...)
+	}
+	out.Message = fmt.Sprintf("%d cgroup step(s) written and verified", len(steps))
+	if out.Via != "cgroup" {
+		out.Message = fmt.Sprintf("%d step(s) applied, the container's through the runtime (CRI UpdateContainerResources), and verified on the cgroup files", len(steps))
+	}
+	if len(notes) > 0 {
+		out.Message += "; " + strings.Join(notes, "; ")
+	}
+	return out
+}
+
+// writeStep writes one step. A container of a runtime is updated through
+// the runtime, so that the runtime's record of its resources matches, and
+// the files are then checked; where the runtime's update fails or does not
+// hold, the files are written directly and the note says so.
+func (j *job) writeStep(s step) (how, note string, err error) {
+	x := j.x
+	if !s.container || j.RuntimeID == "" {
+		timed(&j.took.Verify, func() { err = x.Cgroups.Write(s.path, s.resource) })
+		x.countWrite(s.resource, err)
+		return "cgroup", "", err
+	}
+	ctx, cancel := j.runtimeCtx(runtimeTimeout)
+	defer cancel()
+	timed(&j.took.Runtime, func() {
+		err = x.Runtime.Update(ctx, j.RuntimeID, criResources(j.Want, s.group == "cpu", s.group == "memory", x.Period))
+	})
+	x.countRuntime(err)
+	switch {
+	case errors.Is(err, cri.ErrNotFound):
+		return "runtime", "", err
+	case errors.Is(err, cri.ErrUnavailable):
+		// Not written behind its back: the runtime's record of the
+		// container's resources would then be wrong when it returns.
+		return "runtime", "", err
+	case err != nil:
+		note = fmt.Sprintf("the runtime refused the %s update (%v), so the agent wrote the cgroup itself", s.group, err)
+	default:
+		var st cgroup.State
+		var rerr error
+		timed(&j.took.Verify, func() { st, rerr = x.Cgroups.Read(s.path) })
+		if rerr != nil {
+			return "runtime", "", rerr
+		}
+		if st.Matches(s.resource, x.Cgroups.PageSize()) {
+			return "runtime", "", nil
+		}
+		note = fmt.Sprintf("after the runtime's %s update the cgroup held cpu.max=%q cpu.weight=%d memory.max=%d, so the agent wrote the cgroup itself",
+			s.group, st.CPUMax, st.CPUWeight, st.MemoryMax)
+	}
+	timed(&j.took.Verify, func() { err = x.Cgroups.Write(s.path, s.resource) })
+	x.countWrite(s.resource, err)
+	return "runtime+cgroup", note, err
+}
+
+// restart applies a resize by restarting the container with its new
+// resources: the pod cgroup grows first, the container restarts, and the
+// pod cgroup shrinks after.
+func (j *job) restart(steps []step) Result {
+	x := j.x
+	var before, after []step
+	for _, s := range steps {
+		switch {
+		case s.container:
+		case shrinks(j.ctr.cur, j.ctr.want, s.group):
+			after = append(after, s)
+		default:
+			before = append(before, s)
+		}
+	}
+	for i, s := range before {
+		err := x.Cgroups.Write(s.path, s.resource)
+		x.countWrite(s.resource, err)
+		if err != nil {
+			j.rollback(before[:i])
+			return failed(intent.ReasonWriteFailed, "writing pod cgroup %s before the restart: %v", s.path, err)
+		}
+	}
+	if j.BeforeRestart != nil {
+		if err := j.BeforeRestart(); err != nil {
+			j.rollback(before)
+			return failed(intent.ReasonRestartFailed, "container %s not restarted: %v", j.RuntimeID, err)
+		}
+	}
+	ctx, cancel := j.runtimeCtx(runtimeTimeout + 10*time.Second)
+	defer cancel()
+	var ct cri.Container
+	var err error
+	timed(&j.took.Runtime, func() {
+		ct, err = x.Runtime.Restart(ctx, j.RuntimeID, criResources(j.Want, j.CPU, j.Memory, x.Period), 10*time.Second)
+	})
+	x.countRuntime(err)
+	if err != nil {
+		j.rollback(before)
+		return failed(intent.ReasonRestartFailed, "restarting container %s: %v", j.RuntimeID, err)
+	}
+	out := Result{State: intent.Completed, Reason: intent.ReasonApplied, Restarted: &ct, Applied: map[string][]cgroup.Value{}}
+	if out.Cgroup, err = x.Cgroups.PathOf(ct.PID); err != nil {
+		return Result{State: intent.Failed, Reason: intent.ReasonRestartFailed, Restarted: &ct, Cgroup: j.ctr.path,
+			Message: fmt.Sprintf("container restarted as %s but its cgroup cannot be found: %v", ct.ID, err)}
+	}
+	st, err := x.Cgroups.Read(out.Cgroup)
+	if err == nil && !st.Matches(j.ctr.want, x.Cgroups.PageSize()) {
+		err = x.Cgroups.Write(out.Cgroup, j.ctr.want)
+		x.countWrite(j.ctr.want, err)
+	}
+	if err != nil {
+		return Result{State: intent.Failed, Reason: intent.ReasonRestartFailed, Restarted: &ct, Cgroup: out.Cgroup,
+			Message: fmt.Sprintf("container restarted as %s, but its cgroup %s does not hold the new values: %v", ct.ID, out.Cgroup, err)}
+	}
+	out.Applied[out.Cgroup] = j.ctr.want.Values()
+	for _, s := range after {
+		err := x.Cgroups.Write(s.path, s.resource)
+		x.countWrite(s.resource, err)
+		if err != nil {
+			return Result{State: intent.Failed, Reason: intent.ReasonWriteFailed, Restarted: &ct, Cgroup: out.Cgroup,
+				Message: fmt.Sprintf("container restarted as %s, but shrinking pod cgroup %s failed: %v", ct.ID, s.path, err)}
+		}
+		out.Applied[s.path] = append(out.Applied[s.path], s.resource.Values()...)
+	}
+	out.Message = fmt.Sprintf("container restarted as %s (restart count %d) with the new resources, verified on %s", ct.ID, ct.RestartCount, out.Cgroup)
+	return out
+}
+
+func readFailed(path string, err error) Result {
+	reason := intent.ReasonWriteFailed
+	if errors.Is(err, cgroup.ErrNotFound) {
+		reason = intent.ReasonContainerGone
+	}
+	return failed(reason, "reading %s: %v", path, err)
+}
+
+// rollback undoes done steps, newest first: the files directly, and, for a
+// runtime's container, the runtime's record too.
+func (j *job) rollback(done []step) error {
+	x := j.x
+	var errs []error
+	for _, s := range slices.Backward(done) {
+		if s.container && j.RuntimeID != "" {
+			ctx, cancel := j.runtimeCtx(runtimeTimeout)
+			err := x.Runtime.Update(ctx, j.RuntimeID, criResources(j.Old, s.group == "cpu", s.group == "memory", x.Period))
+			cancel()
+			x.countRuntime(err)
+		}
+		err := x.Cgroups.Write(s.path, s.previous)
+		if x.Metrics != nil {
+			for _, v := range s.previous.Values() {
+				x.Metrics.CgroupWrites.WithLabelValues(v.File, "rollback").Inc()
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (x *Actuator) countRuntime(err error) {
+	if x.Metrics == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	x.Metrics.RuntimeCalls.WithLabelValues(result).Inc()
+}
+
+func (x *Actuator) countWrite(r cgroup.Resources, err error) {
+	if x.Metrics == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	for _, v := range r.Values() {
+		x.Metrics.CgroupWrites.WithLabelValues(v.File, result).Inc()
+	}
+}

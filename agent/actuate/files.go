@@ -1,0 +1,154 @@
+package actuate
+
+import (
+	"context"
+
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cri"
+)
+
+// Member is one managed container of a pod, as the pod's cgroup sums it.
+type Member struct {
+	RuntimeID string // "" for a bare cgroup
+	Resources intent.Resources
+	// CPU and Memory say which resources an intent has declared; the agent
+	// writes only the files of declared resources.
+	CPU, Memory bool
+}
+
+// ContainerFiles is what a container's cgroup at path must hold for r, of
+// the declared resources (cpu, mem): what apply writes, verification checks
+// and the drift check compares with.
+func (x *Actuator) ContainerFiles(path string, r intent.Resources, cpu, mem bool) cgroup.Resources {
+	return x.stored(path, r.Cgroup(x.Period, cpu, mem))
+}
+
+// PodFiles is what the pod cgroup at path must hold: the kubelet's sum
+// (podResources) over its managed members and the running containers the
+// runtime lists for podUID that are not managed (listed), for the resources
+// any member declares. A pod cgroup summed over the managed containers
+// alone would throttle the others.
+func (x *Actuator) PodFiles(path, podUID string, members []Member, listed []cri.Container) cgroup.Resources {
+	var cpu, mem bool
+	for _, m := range members {
+		cpu, mem = cpu || m.CPU, mem || m.Memory
+	}
+	return x.stored(path, podResources(podSum(podUID, members, listed)).Cgroup(x.Period, cpu, mem))
+}
+
+// podSum lists the resources the pod cgroup sums over: the members', and
+// those of the listed containers of the pod that are not members, by what
+// the runtime reports of them.
+func podSum(podUID string, members []Member, listed []cri.Container) []intent.Resources {
+	managed := map[string]bool{}
+	all := make([]intent.Resources, 0, len(members)+len(listed))
+	for _, m := range members {
+		managed[m.RuntimeID] = true
+		all = append(all, m.Resources)
+	}
+	for _, o := range listed {
+		if !managed[o.ID] && o.PodUID == podUID {
+			all = append(all, fromRuntime(o.Resources))
+		}
+	}
+	return all
+}
+
+// podResources is the pod-level cgroup for these containers, as the kubelet
+// computes it (pkg/kubelet/cm/helpers_linux.go, ResourceConfigForPod):
+// cpu.weight from the sum of the CPU requests; cpu.max from the sum of the
+// CPU limits, but only when every container has one; memory.max likewise.
+func podResources(containers []intent.Resources) intent.Resources {
+	var sum intent.Resources
+	cpuLimited, memLimited := true, true
+	for _, r := range containers {
+		sum.CPURequest += r.CPURequest
+		sum.CPULimit += r.CPULimit
+		sum.MemoryLimit += r.MemoryLimit
+		cpuLimited = cpuLimited && r.CPULimit > 0
+		memLimited = memLimited && r.MemoryLimit > 0
+	}
+	if !cpuLimited {
+		sum.CPULimit = 0
+	}
+	if !memLimited {
+		sum.MemoryLimit = 0
+	}
+	return sum
+}
+
+// criResources is what the kubelet sends the runtime for these resources:
+// shares from the CPU request, quota and period from the limit (-1:
+// unlimited), the memory limit (-1: unlimited). Fields of a resource not
+// being changed are 0, which the runtime leaves as they are.
+func criResources(r intent.Resources, cpu, mem bool, period uint64) cri.Resources {
+	var out cri.Resources
+	if cpu {
+		out.CPUPeriod = int64(period)
+		out.CPUQuota = cgroup.MilliCPUToQuota(r.CPULimit, period)
+		out.CPUShares = int64(cgroup.MilliCPUToShares(r.CPURequest))
+	}
+	if mem {
+		out.MemoryLimit = cgroup.Unlimited
+		if r.MemoryLimit > 0 {
+			out.MemoryLimit = r.MemoryLimit
+		}
+	}
+	return out
+}
+
+// fromRuntime is what a runtime's record of a container's resources says
+// of its requests and limits: the inverse of criResources. Memory requests
+// do not reach the runtime and stay 0; they do not enter the pod cgroup.
+func fromRuntime(r cri.Resources) intent.Resources {
+	var out intent.Resources
+	if r.CPUQuota > 0 && r.CPUPeriod > 0 {
+		out.CPULimit = r.CPUQuota * 1000 / r.CPUPeriod
+	}
+	if r.CPUShares > 2 { // 2 is the kubelet's floor, for no request
+		out.CPURequest = r.CPUShares * 1000 / 1024
+	}
+	if r.MemoryLimit > 0 {
+		out.MemoryLimit = r.MemoryLimit
+	}
+	return out
+}
+
+// storer is the optional part of Cgroups that says what the files will hold
+// once r is written to a path: with the systemd driver, CPU quotas rounded
+// up to whole 10 ms per second as systemd (and runc) store them.
+// *cgroup.Manager has it.
+type storer interface {
+	Stored(path string, r cgroup.Resources) cgroup.Resources
+}
+
+// stored is what path's files will hold once r is written there, so that
+// comparisons with the files (no change, verification, drift) are not
+// fooled by the driver's rounding.
+func (x *Actuator) stored(path string, r cgroup.Resources) cgroup.Resources {
+	if s, ok := x.Cgroups.(storer); ok {
+		return s.Stored(path, r)
+	}
+	return r
+}
+
+// podLister is the optional part of a Runtime that lists a pod's
+// containers; *cri.Client has it.
+type podLister interface {
+	PodContainers(ctx context.Context, podUID string) ([]cri.Container, error)
+}
+
+// PodContainers lists the running containers of a pod as the runtime
+// reports them, for PodFiles. It is nil, nil without a runtime that lists
+// pods or without a pod UID: the pod cgroup then follows the managed
+// containers only.
+func (x *Actuator) PodContainers(ctx context.Context, podUID string) ([]cri.Container, error) {
+	pl, ok := x.Runtime.(podLister)
+	if !ok || podUID == "" {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, runtimeTimeout)
+	defer cancel()
+	return pl.PodContainers(ctx, podUID)
+}

@@ -1,0 +1,251 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/resizer/resize-agent/agent/actuate"
+	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/cri"
+)
+
+// kickLocked starts c's worker unless it runs.
+func (a *Agent) kickLocked(c *container) {
+	if c.running {
+		return
+	}
+	c.running = true
+	a.workers.Add(1)
+	go a.work(c)
+}
+
+// work runs c's intents one after another until none is ready.
+func (a *Agent) work(c *container) {
+	defer a.workers.Done()
+	for {
+		a.mu.Lock()
+		if ad := c.admitted; ad != nil {
+			// Admitted and reserved already: apply even when closing, as a
+			// write in flight.
+			c.admitted = nil
+			a.mu.Unlock()
+			a.apply(c, ad.r, ad.want)
+			continue
+		}
+		r := c.pending
+		if r == nil || a.closing || (r.Status.State == intent.Deferred && !r.retry) {
+			c.running = false
+			a.mu.Unlock()
+			return
+		}
+		r.retry = false
+		next, ok := a.admitLocked(c, r)
+		a.mu.Unlock()
+		if ok {
+			a.apply(c, r, next)
+		}
+	}
+}
+
+// admitLocked moves r from Proposed or Deferred to InProgress, Deferred or
+// Infeasible. It returns the resources to apply when r goes ahead.
+func (a *Agent) admitLocked(c *container, r *record) (intent.Resources, bool) {
+	want, err := a.admissibleLocked(c, r.Spec, r.change)
+	if err != nil {
+		a.finishLocked(c, r, intent.Failed, reasonOf(err), err.Error())
+		return want, false
+	}
+	d := a.ledger.Reserve(c.key, requests(want))
+	switch d.Verdict {
+	case admission.Infeasible:
+		a.finishLocked(c, r, intent.Infeasible, intent.ReasonInfeasible, d.Message)
+		return want, false
+	case admission.Deferred:
+		first := r.Status.State != intent.Deferred
+		if first || r.Status.Message != d.Message {
+			a.setLocked(r, intent.Deferred, intent.ReasonDeferred, d.Message)
+		}
+		if first {
+			r.deferredAt = a.now()
+			a.log.Info("intent deferred", "intent", r.ID, "container", c.name, "message", d.Message)
+			if a.metrics != nil {
+				a.metrics.Resizes.WithLabelValues("deferred").Inc()
+			}
+		}
+		return want, false
+	}
+	c.pending = nil
+	r.Status.Attempts++
+	r.started = a.now()
+	a.setLocked(r, intent.InProgress, "", "")
+	return want, true
+}
+
+func reasonOf(err error) string {
+	if msg := err.Error(); strings.Contains(msg, intent.ReasonQoSChange) {
+		return intent.ReasonQoSChange
+	}
+	return intent.ReasonInvalid
+}
+
+// apply has the actuator write want to c's cgroups and finishes r. It runs
+// without the lock; c's worker is the only one touching c's cgroups.
+func (a *Agent) apply(c *container, r *record, want intent.Resources) {
+	a.mu.Lock()
+	pd, podUID := c.pod, c.podUID
+	a.mu.Unlock()
+	var listed []cri.Container
+	if pd != nil {
+		listed = podContainers(context.Background(), a.act, a.log, podUID)
+	}
+
+	a.mu.Lock()
+	old, runtimeID := c.res, c.runtimeID
+	cpu := c.cpu || r.change.Touches(corev1.ResourceCPU)
+	mem := c.mem || r.change.Touches(corev1.ResourceMemory)
+	// A restart is not idempotent: an intent that restarted its container
+	// before the agent stopped finds the next attempt running and is applied
+	// to it in place, verified like any other.
+	restartedBefore := r.restarting != "" && r.restarting != runtimeID
+	job := actuate.Job{
+		Want: want, Old: old, CPU: cpu, Memory: mem, RuntimeID: runtimeID,
+		Restart:               runtimeID != "" && needsRestart(r.Spec, old, want) && !restartedBefore,
+		AllowMemoryBelowUsage: r.Spec.AllowMemoryBelowUsage,
+		Container:             actuate.Level{Path: c.cgroup, Want: a.act.ContainerFiles(c.cgroup, want, cpu, mem)},
+		BeforeRestart:         func() error { return a.markRestarting(r, runtimeID) },
+	}
+	if pd != nil {
+		job.Pod = &actuate.Level{Path: pd.cgroup, Want: a.act.PodFiles(pd.cgroup, podUID, pd.sizing(c, want, cpu, mem), listed)}
+	}
+	a.mu.Unlock()
+
+	out := a.act.Do(a.ctx, job)
+	logActuation(a.log, r.ID, out)
+	observePhases(a.metrics, r, out)
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	msg := out.Message
+	if out.State == intent.Completed {
+		c.res, c.cpu, c.mem = want, cpu, mem
+		r.Status.Applied = out.Applied
+		r.Status.Via = out.Via
+	} else {
+		a.ledger.Set(c.key, requests(old))
+	}
+	if restartedBefore {
+		r.Status.Restarted, r.Status.ContainerID = true, c.runtimeID
+		if out.State == intent.Completed {
+			msg = fmt.Sprintf("container %s was restarted as %s before the agent stopped; %s", r.restarting, c.runtimeID, msg)
+		}
+	}
+	if out.Restarted != nil {
+		// Restarted, whatever else happened: follow the new container.
+		old := c.cgroup
+		c.runtimeID, c.cgroup = out.Restarted.ID, out.Cgroup
+		a.watchLocked(c, old)
+		r.Status.Restarted, r.Status.ContainerID = true, out.Restarted.ID
+		r.Status.Via = "restart"
+	}
+	a.finishLocked(c, r, out.State, out.Reason, msg)
+	// Capacity freed, by a shrink or by handing back a reservation that
+	// was not used: give Deferred intents their chance.
+	now := requests(c.res)
+	reserved := requests(want)
+	if now.MilliCPU < max(reserved.MilliCPU, requests(old).MilliCPU) || now.Memory < max(reserved.Memory, requests(old).Memory) {
+		a.retryDeferredLocked()
+	}
+	if c.exited != "" && c.exited == c.cgroup && c.pending == nil && c.admitted == nil {
+		a.exitedLocked(c)
+	}
+}
+
+// podContainers lists a pod's running containers for the pod cgroup's sum;
+// when the runtime cannot say, the sum follows the managed containers only.
+func podContainers(ctx context.Context, act *actuate.Actuator, log *slog.Logger, podUID string) []cri.Container {
+	ctrs, err := act.PodContainers(ctx, podUID)
+	if err != nil {
+		log.Warn("cannot list the pod's containers; the pod cgroup follows the managed containers only", "podUID", podUID, "err", err)
+		return nil
+	}
+	return ctrs
+}
+
+// logActuation logs what the actuator reports beyond the intent's status:
+// a failed step and its rollback, and a memory shrink.
+func logActuation(log *slog.Logger, id string, out actuate.Result) {
+	if s := out.Step; s != nil {
+		log.Warn("resize step failed", "intent", id, "cgroup", s.Path, "values", s.Values, "err", s.Err, "rollback", s.Rollback)
+	}
+	if rc := out.Reclaim; rc != nil {
+		if rc.RestoreErr != nil {
+			log.Warn("restoring memory.high after a shrink failed", "intent", id, "err", rc.RestoreErr)
+		}
+		log.Info("memory shrink", "intent", id, "state", out.State, "reclaim", strings.Join(rc.Reclaimed, "; "), "restore", strings.Join(rc.Restored, "; "))
+	}
+}
+
+// observePhases records the phases of an applied intent.
+func observePhases(m *metrics.Metrics, r *record, out actuate.Result) {
+	if m == nil {
+		return
+	}
+	outcome := strings.ToLower(string(out.State))
+	h := m.ResizePhase
+	h.WithLabelValues("admission", outcome).Observe(r.started.Sub(r.Status.AcceptedAt).Seconds())
+	h.WithLabelValues("reclaim", outcome).Observe(out.Took.Reclaim.Seconds())
+	h.WithLabelValues("runtime", outcome).Observe(out.Took.Runtime.Seconds())
+	h.WithLabelValues("verify", outcome).Observe(out.Took.Verify.Seconds())
+}
+
+// setLocked changes r's state and tells the watchers.
+func (a *Agent) setLocked(r *record, s intent.State, reason, msg string) {
+	r.Status.State, r.Status.Reason, r.Status.Message = s, reason, msg
+	r.Status.UpdatedAt = a.now()
+	a.hub.publish(Event{Type: "MODIFIED", Intent: r.Intent})
+	a.journalLocked(r)
+}
+
+// finishLocked puts r in a terminal state and records its metrics.
+func (a *Agent) finishLocked(c *container, r *record, s intent.State, reason, msg string) {
+	if c.pending == r {
+		c.pending = nil
+	}
+	if r.recovered {
+		msg += " (queued again after an agent restart)"
+	}
+	now := a.now()
+	r.Status.CompletedAt = &now
+	a.setLocked(r, s, reason, msg)
+	c.last = r.ID
+	a.gauge(-1)
+	level := slog.LevelInfo
+	if s != intent.Completed {
+		level = slog.LevelWarn
+	}
+	a.log.Log(context.Background(), level, "intent "+strings.ToLower(string(s)), "intent", r.ID, "container", c.name,
+		"reason", reason, "message", msg, "duration", now.Sub(r.Status.AcceptedAt))
+	if a.metrics == nil {
+		return
+	}
+	outcome := strings.ToLower(string(s))
+	a.metrics.Resizes.WithLabelValues(outcome).Inc()
+	d := now.Sub(r.Status.AcceptedAt).Seconds()
+	for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if r.change.Touches(res) {
+			a.metrics.ResizeDuration.WithLabelValues(string(res), outcome).Observe(d)
+		}
+	}
+}
+
+func (a *Agent) gauge(delta float64) {
+	if a.metrics != nil {
+		a.metrics.InFlight.Add(delta)
+	}
+}

@@ -1,0 +1,310 @@
+package agent
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/resizer/resize-agent/agent/actuate"
+	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/pressure"
+	"github.com/resizer/resize-agent/cgroup"
+)
+
+// Key addresses a managed container the way an intake knows it: a
+// runtime's container by pod UID and name (which outlive a restart), or by
+// ID when it has no pod; a bare cgroup by its path.
+type Key struct {
+	PodUID, Name string
+	ContainerID  string
+	Cgroup       string
+}
+
+// String is the key as the journal and the ledger record it.
+func (k Key) String() string {
+	switch {
+	case k.PodUID != "":
+		return "pod:" + k.PodUID + "/" + k.Name
+	case k.ContainerID != "":
+		return "container:" + k.ContainerID
+	}
+	return k.Cgroup
+}
+
+// container is one container the agent manages, keyed by its cgroup path
+// (a bare cgroup) or by pod UID and name (a runtime's container, whose ID and
+// cgroup change when it is restarted).
+type container struct {
+	key, name string
+	pod       *pod   // nil: no pod cgroup kept in step
+	cgroup    string // its cgroup now
+	runtimeID string // "" for a bare cgroup
+	podUID    string
+	// res is what the container was last given; for a resource no intent
+	// has declared yet (cpu, mem false), the limit inferred from its cgroup.
+	// The agent writes only the files of declared resources.
+	res      intent.Resources
+	cpu, mem bool
+	pending  *record // the next intent to run: Proposed or Deferred
+	running  bool
+	last     string // ID of the last intent to reach a terminal state
+	// newest is the newest intent accepted, which a late older one must
+	// not supersede (recover.go).
+	newest *record
+	// admitted is an intent admitted by retryDeferredLocked, with its
+	// reservation made, for the worker to apply.
+	admitted *admittedIntent
+	// exited is the cgroup reported emptied while the worker ran.
+	exited string
+}
+
+func (c *container) podPath() string {
+	if c.pod == nil {
+		return ""
+	}
+	return c.pod.cgroup
+}
+
+func idle(c *container) bool { return !c.running && c.pending == nil }
+
+// qos is the QoS class of c's pod (or of c alone) if c had res.
+func (c *container) qos(res intent.Resources) corev1.PodQOSClass {
+	all := []intent.Resources{res}
+	if c.pod != nil {
+		for _, o := range c.pod.members {
+			if o != c {
+				all = append(all, o.res)
+			}
+		}
+	}
+	return intent.QOSClass(all...)
+}
+
+// pod is a pod-level cgroup the agent keeps in step with the managed
+// containers in it. Its members are kept as containers are registered and
+// forgotten, so that nothing scans every container to find them.
+type pod struct {
+	cgroup  string
+	members []*container
+}
+
+// pods are the pods of the managed containers, by pod cgroup path; a.mu
+// guards them.
+type pods map[string]*pod
+
+// join adds c to the pod at path, made on first sight; "" is no pod.
+func (ps pods) join(path string, c *container) *pod {
+	if path == "" {
+		return nil
+	}
+	p := ps[path]
+	if p == nil {
+		p = &pod{cgroup: path}
+		ps[path] = p
+	}
+	p.members = append(p.members, c)
+	return p
+}
+
+// leave takes c out of its pod, and drops the pod when it was the last.
+func (ps pods) leave(c *container) {
+	p := c.pod
+	if p == nil {
+		return
+	}
+	p.members = slices.DeleteFunc(p.members, func(o *container) bool { return o == c })
+	if len(p.members) == 0 && ps[p.cgroup] == p {
+		delete(ps, p.cgroup)
+	}
+}
+
+// sizing is the pod's members as the pod cgroup sums them (PodFiles), self
+// first, with res and the declared resources cpu, mem in place of self's.
+func (p *pod) sizing(self *container, res intent.Resources, cpu, mem bool) []actuate.Member {
+	out := []actuate.Member{{RuntimeID: self.runtimeID, Resources: res, CPU: cpu, Memory: mem}}
+	for _, o := range p.members {
+		if o != self {
+			out = append(out, actuate.Member{RuntimeID: o.runtimeID, Resources: o.res, CPU: o.cpu, Memory: o.mem})
+		}
+	}
+	return out
+}
+
+// speaker is the member the drift check reads the pod cgroup with: the
+// first by key that declares a resource.
+func (p *pod) speaker() *container {
+	var s *container
+	for _, o := range p.members {
+		if (o.cpu || o.mem) && (s == nil || o.key < s.key) {
+			s = o
+		}
+	}
+	return s
+}
+
+func (p *pod) idle() bool {
+	return !slices.ContainsFunc(p.members, func(o *container) bool { return !idle(o) })
+}
+
+// podCgroupOf is the pod-level cgroup of a runtime container whose cgroup is
+// ctr, when its parent is the kubelet's pod cgroup: "pod<uid>" with the
+// cgroupfs driver (kubepods/burstable/pod<uid>), "...-pod<uid with
+// underscores>.slice" with the systemd driver. It is "" otherwise: a
+// container not placed by the kubelet has no pod cgroup to keep in step.
+func podCgroupOf(ctr, podUID string) string {
+	if podUID == "" {
+		return ""
+	}
+	parent := path.Dir(ctr)
+	base := path.Base(parent)
+	if base == "pod"+podUID || strings.HasSuffix(base, "pod"+strings.ReplaceAll(podUID, "-", "_")+".slice") {
+		return parent
+	}
+	return ""
+}
+
+// admittedIntent is an admitted intent and what it will apply.
+type admittedIntent struct {
+	r    *record
+	want intent.Resources
+}
+
+// Forget stops managing a container (by name or cgroup path), releases what
+// it held on the ledger and fails its pending intent.
+func (a *Agent) Forget(name string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range a.containers {
+		if c.name == name || c.cgroup == name || c.key == name {
+			a.forgetLocked(c, "container removed from the agent")
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: container %q", ErrNotFound, name)
+}
+
+// ForgetContainer is Forget for an intake that addresses the container by
+// its key.
+func (a *Agent) ForgetContainer(k Key) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, ok := a.containers[k.String()]
+	if !ok {
+		return fmt.Errorf("%w: container %s", ErrNotFound, k)
+	}
+	a.forgetLocked(c, "container removed from the agent")
+	return nil
+}
+
+func (a *Agent) forgetLocked(c *container, why string) {
+	if r := c.pending; r != nil {
+		a.finishLocked(c, r, intent.Failed, intent.ReasonContainerGone, why)
+	}
+	if ad := c.admitted; ad != nil {
+		c.admitted = nil
+		a.finishLocked(c, ad.r, intent.Failed, intent.ReasonContainerGone, why)
+	}
+	if a.exits != nil {
+		a.exits.Unwatch(c.cgroup)
+	}
+	delete(a.containers, c.key)
+	a.pods.leave(c)
+	a.journalForgetLocked(c)
+	a.ledger.Release(c.key)
+	a.log.Info("container forgotten", "container", c.name, "cgroup", c.cgroup, "why", why)
+	a.retryDeferredLocked()
+}
+
+// Resync forgets containers whose cgroup has gone, which frees their
+// capacity for Deferred intents.
+func (a *Agent) Resync() {
+	a.mu.Lock()
+	var idle []*container
+	for _, c := range a.containers {
+		if !c.running {
+			idle = append(idle, c)
+		}
+	}
+	a.mu.Unlock()
+	for _, c := range idle {
+		ok, err := a.cg.Exists(c.cgroup)
+		if err != nil || ok {
+			continue
+		}
+		a.mu.Lock()
+		if cur, still := a.containers[c.key]; still && cur == c && !c.running {
+			a.forgetLocked(c, "cgroup "+c.cgroup+" no longer exists")
+		}
+		a.mu.Unlock()
+	}
+}
+
+// Containers lists the managed containers with their live cgroup values.
+func (a *Agent) Containers() []ContainerInfo {
+	a.mu.Lock()
+	out := make([]ContainerInfo, 0, len(a.containers))
+	for _, c := range a.containers {
+		ci := ContainerInfo{Name: c.name, CgroupPath: c.cgroup, PodCgroupPath: c.podPath(), ContainerID: c.runtimeID, PodUID: c.podUID, Resources: c.res,
+			ManagesCPU: c.cpu, ManagesMemory: c.mem, Allocated: a.ledger.Get(c.key), LastIntent: c.last, QOSClass: intent.QOSClass(c.res)}
+		ci.Drift = a.drift.info(c)
+		if c.pending != nil {
+			ci.PendingIntent = c.pending.ID
+		}
+		out = append(out, ci)
+	}
+	a.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	for i := range out {
+		s, err := a.cg.Read(out[i].CgroupPath)
+		if err != nil {
+			out[i].CgroupError = err.Error()
+			continue
+		}
+		mem := "max"
+		if s.MemoryMax != cgroup.Unlimited {
+			mem = fmt.Sprint(s.MemoryMax)
+		}
+		out[i].Cgroup = &CgroupValues{CPUMax: s.CPUMax.String(), CPUWeight: s.CPUWeight, MemoryMax: mem, MemoryCurrent: s.MemoryCurrent}
+		if len(a.pressure) > 0 {
+			out[i].Pressure = pressure.Summarize(out[i].CgroupPath, a.pressure)
+		}
+	}
+	return out
+}
+
+// Targets lists the managed containers for the pressure collector.
+func (a *Agent) Targets() []pressure.Target {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]pressure.Target, 0, len(a.containers))
+	for _, c := range a.containers {
+		out = append(out, pressure.Target{Name: c.name, PodUID: c.podUID, Cgroup: c.cgroup})
+	}
+	return out
+}
+
+// Node gauges, for metrics.RegisterNode.
+func (a *Agent) AllocatableMilliCPU() int64 { return a.ledger.Allocatable().MilliCPU }
+
+func (a *Agent) AllocatableMemory() int64 { return a.ledger.Allocatable().Memory }
+
+func (a *Agent) AllocatedMilliCPU() int64 { return a.ledger.Allocated().MilliCPU }
+
+func (a *Agent) AllocatedMemory() int64 { return a.ledger.Allocated().Memory }
+
+func (a *Agent) ManagedContainers() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.containers)
+}
+
+// Node returns the capacity account.
+func (a *Agent) Node() NodeInfo {
+	al, used := a.ledger.Allocatable(), a.ledger.Allocated()
+	return NodeInfo{Allocatable: al, Allocated: used, Free: admission.Capacity{MilliCPU: al.MilliCPU - used.MilliCPU, Memory: al.Memory - used.Memory}}
+}

@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/resizer/resize-agent/agent/intent"
+)
+
+// history is every intent the agent holds, in the order accepted; a.mu
+// guards it.
+type history struct {
+	intents map[string]*record
+	order   []string // intent IDs, by acceptance
+}
+
+// add appends r, in acceptance (seq) order: with a journal, submissions
+// can come back from their sync out of order.
+func (h *history) add(r *record) {
+	h.intents[r.ID] = r
+	h.order = append(h.order, r.ID)
+	for i := len(h.order) - 1; i > 0 && h.intents[h.order[i-1]].seq > r.seq; i-- {
+		h.order[i-1], h.order[i] = h.order[i], h.order[i-1]
+	}
+}
+
+// evict drops the oldest terminal intents beyond size.
+func (h *history) evict(size int) {
+	excess := len(h.order) - size
+	if excess <= 0 {
+		return
+	}
+	kept := h.order[:0]
+	for _, id := range h.order {
+		if excess > 0 && h.intents[id].Status.State.Terminal() {
+			delete(h.intents, id)
+			excess--
+			continue
+		}
+		kept = append(kept, id)
+	}
+	h.order = kept
+}
+
+// Get returns an intent by ID.
+func (a *Agent) Get(id string) (intent.Intent, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.hist.intents[id]
+	if !ok {
+		return intent.Intent{}, fmt.Errorf("%w: intent %q", ErrNotFound, id)
+	}
+	return r.Intent, nil
+}
+
+// List returns the intents that match f, oldest first, optionally only
+// those in state.
+func (a *Agent) List(f Filter, state intent.State) []intent.Intent {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []intent.Intent{}
+	for _, id := range a.hist.order {
+		r := a.hist.intents[id]
+		if f.Match(&r.Intent) && (state == "" || r.Status.State == state) {
+			out = append(out, r.Intent)
+		}
+	}
+	return out
+}
+
+// Watch returns the events that match f, starting with the current state of
+// every matching intent that is not terminal (or of the one named by
+// f.IntentID, whatever its state). The channel closes when ctx ends, when
+// the watcher falls too far behind, or when the agent closes.
+func (a *Agent) Watch(ctx context.Context, f Filter) <-chan Event {
+	a.mu.Lock()
+	ch := a.hub.subscribe(f)
+	var initial []Event
+	if f.IntentID != "" {
+		// One intent, whatever its state: no scan of the history, which
+		// every client waiting for its resize would otherwise pay.
+		if r, ok := a.hist.intents[f.IntentID]; ok && f.Match(&r.Intent) {
+			initial = append(initial, Event{Type: "ADDED", Intent: r.Intent})
+		}
+	} else {
+		for _, id := range a.hist.order {
+			r := a.hist.intents[id]
+			if f.Match(&r.Intent) && !r.Status.State.Terminal() {
+				initial = append(initial, Event{Type: "ADDED", Intent: r.Intent})
+			}
+		}
+	}
+	a.mu.Unlock()
+	out := make(chan Event, watchBuffer)
+	go func() {
+		defer close(out)
+		defer a.hub.unsubscribe(ch)
+		for _, e := range initial {
+			select {
+			case out <- e:
+			case <-ctx.Done():
+				return
+			}
+		}
+		for {
+			select {
+			case e, ok := <-ch:
+				if !ok {
+					return
+				}
+				select {
+				case out <- e:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
