@@ -69,7 +69,7 @@ func WithHistory(n int) Option { return func(a *Agent) { a.history = n } }
 // WithExitWatcher makes the agent learn from w the moment a managed
 // container's cgroup empties, and free what it held at once (see exits.go).
 // *cgroup.Watcher implements it; call Run to handle its events.
-func WithExitWatcher(w ExitWatcher) Option { return func(a *Agent) { a.exits = w } }
+func WithExitWatcher(w ExitWatcher) Option { return func(a *Agent) { a.exits.w = w } }
 
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(a *Agent) { a.now = now } }
@@ -88,9 +88,9 @@ type Agent struct {
 	cg       Cgroups
 	rt       Runtime
 	pressure []pressure.Source
-	exits    ExitWatcher
-	drift    drifts  // drift.go
-	journal  Journal // recover.go; nil: intents are not durable
+	exits    exitWatch // exits.go
+	drift    drifts    // drift.go
+	journal  Journal   // recover.go; nil: intents are not durable
 	ledger   *admission.Ledger
 	log      *slog.Logger
 	metrics  *metrics.Metrics
@@ -115,7 +115,7 @@ type Agent struct {
 	closing    bool
 	hist       history            // the intents, in the order accepted (history.go)
 	accepting  map[string]*record // being journaled, not yet acknowledged
-	containers map[string]*container
+	containers containers
 	pods       pods // the pods of the managed containers (containers.go)
 }
 
@@ -143,7 +143,7 @@ type record struct {
 func New(cg Cgroups, ledger *admission.Ledger, opts ...Option) *Agent {
 	a := &Agent{
 		cg: cg, ledger: ledger, log: slog.Default(), period: cgroup.DefaultPeriod, history: 10000,
-		now: time.Now, hub: newHub(), hist: history{intents: map[string]*record{}}, containers: map[string]*container{},
+		now: time.Now, hub: newHub(), hist: history{intents: map[string]*record{}}, containers: containers{},
 		pods: pods{}, accepting: map[string]*record{},
 	}
 	for _, o := range opts {
@@ -154,7 +154,7 @@ func New(cg Cgroups, ledger *admission.Ledger, opts ...Option) *Agent {
 	if a.rt != nil {
 		a.act.Runtime = a.rt
 	}
-	a.drift.log, a.drift.metrics = a.log, a.metrics
+	a.drift.log, a.drift.metrics, a.exits.log = a.log, a.metrics, a.log
 	return a
 }
 
@@ -305,7 +305,7 @@ func (a *Agent) containerLocked(t intent.Target, res resolved) (*container, erro
 			// Restarted behind the agent's back: follow the new one.
 			old := c.cgroup
 			c.runtimeID, c.cgroup = res.ctr.ID, res.cgroup
-			a.watchLocked(c, old)
+			a.exits.follow(c, old)
 		}
 		return c, nil
 	}
@@ -341,7 +341,7 @@ func (a *Agent) containerLocked(t intent.Target, res resolved) (*container, erro
 	}
 	a.containers[c.key] = c
 	c.pod = a.pods.join(t.PodCgroupPath, c)
-	a.watchLocked(c, "")
+	a.exits.follow(c, "")
 	a.ledger.Set(c.key, requests(c.res))
 	a.log.Info("container registered", "container", c.name, "cgroup", c.cgroup, "runtimeID", c.runtimeID, "inferred", c.res.String())
 	return c, nil
@@ -406,8 +406,8 @@ func (a *Agent) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var exits <-chan cgroup.Event
-	if a.exits != nil {
-		exits = a.exits.Events()
+	if a.exits.w != nil {
+		exits = a.exits.w.Events()
 	}
 	for {
 		select {

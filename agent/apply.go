@@ -149,7 +149,7 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 		// Restarted, whatever else happened: follow the new container.
 		old := c.cgroup
 		c.runtimeID, c.cgroup = out.Restarted.ID, out.Cgroup
-		a.watchLocked(c, old)
+		a.exits.follow(c, old)
 		r.Status.Restarted, r.Status.ContainerID = true, out.Restarted.ID
 		r.Status.Via = "restart"
 	}
@@ -224,7 +224,7 @@ func (a *Agent) finishLocked(c *container, r *record, s intent.State, reason, ms
 	r.Status.CompletedAt = &now
 	a.setLocked(r, s, reason, msg)
 	c.last = r.ID
-	a.gauge(-1)
+	addInFlight(a.metrics, -1)
 	level := slog.LevelInfo
 	if s != intent.Completed {
 		level = slog.LevelWarn
@@ -244,8 +244,9 @@ func (a *Agent) finishLocked(c *container, r *record, s intent.State, reason, ms
 	}
 }
 
-func (a *Agent) gauge(delta float64) {
-	if a.metrics != nil {
-		a.metrics.InFlight.Add(delta)
+// addInFlight counts intents accepted and not yet terminal.
+func addInFlight(m *metrics.Metrics, delta float64) {
+	if m != nil {
+		m.InFlight.Add(delta)
 	}
 }

@@ -168,6 +168,33 @@ func podCgroupOf(ctr, podUID string) string {
 	return ""
 }
 
+// containers are the managed containers by key; a.mu guards them.
+type containers map[string]*container
+
+// keyOf finds the key of a managed container by target, for intents
+// made without Submit.
+func (cs containers) keyOf(t intent.Target) string {
+	for _, c := range cs {
+		switch {
+		case t.PodUID != "" && c.podUID == t.PodUID && c.name == t.Name,
+			t.ContainerID != "" && c.runtimeID == t.ContainerID,
+			t.CgroupPath != "" && c.runtimeID == "" && c.cgroup == t.CgroupPath:
+			return c.key
+		}
+	}
+	return t.CgroupPath
+}
+
+// atCgroup is the container whose cgroup is path, nil if none.
+func (cs containers) atCgroup(path string) *container {
+	for _, c := range cs {
+		if c.cgroup == path {
+			return c
+		}
+	}
+	return nil
+}
+
 // admittedIntent is an admitted intent and what it will apply.
 type admittedIntent struct {
 	r    *record
@@ -209,9 +236,7 @@ func (a *Agent) forgetLocked(c *container, why string) {
 		c.admitted = nil
 		a.finishLocked(c, ad.r, intent.Failed, intent.ReasonContainerGone, why)
 	}
-	if a.exits != nil {
-		a.exits.Unwatch(c.cgroup)
-	}
+	a.exits.unwatch(c.cgroup)
 	delete(a.containers, c.key)
 	a.pods.leave(c)
 	a.journalForgetLocked(c)
@@ -290,13 +315,9 @@ func (a *Agent) Targets() []pressure.Target {
 
 // Node gauges, for metrics.RegisterNode.
 func (a *Agent) AllocatableMilliCPU() int64 { return a.ledger.Allocatable().MilliCPU }
-
-func (a *Agent) AllocatableMemory() int64 { return a.ledger.Allocatable().Memory }
-
-func (a *Agent) AllocatedMilliCPU() int64 { return a.ledger.Allocated().MilliCPU }
-
-func (a *Agent) AllocatedMemory() int64 { return a.ledger.Allocated().Memory }
-
+func (a *Agent) AllocatableMemory() int64   { return a.ledger.Allocatable().Memory }
+func (a *Agent) AllocatedMilliCPU() int64   { return a.ledger.Allocated().MilliCPU }
+func (a *Agent) AllocatedMemory() int64     { return a.ledger.Allocated().Memory }
 func (a *Agent) ManagedContainers() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()

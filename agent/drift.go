@@ -231,7 +231,7 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 // probesOf snapshots what the idle containers should hold. A pod's
 // cgroup is checked with its speaker, and only when all its members are
 // idle.
-func probesOf(containers map[string]*container, act *actuate.Actuator) []*probe {
+func probesOf(containers containers, act *actuate.Actuator) []*probe {
 	var out []*probe
 	for _, c := range containers {
 		if (!c.cpu && !c.mem) || !idle(c) {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/resizer/resize-agent/cgroup"
@@ -16,31 +17,37 @@ type ExitWatcher interface {
 	Events() <-chan cgroup.Event
 }
 
-// watchLocked starts watching c's cgroup for its exit, and stops watching
-// old (its previous cgroup, when it was restarted), if not "".
-func (a *Agent) watchLocked(c *container, old string) {
-	if a.exits == nil {
+// exitWatch is the ExitWatcher, if any, with what watching needs.
+type exitWatch struct {
+	w   ExitWatcher
+	log *slog.Logger
+}
+
+// follow starts watching c's cgroup for its exit, and stops watching old
+// (its previous cgroup, when it was restarted), if not "".
+func (x exitWatch) follow(c *container, old string) {
+	if x.w == nil {
 		return
 	}
 	if old != "" && old != c.cgroup {
-		a.exits.Unwatch(old)
+		x.w.Unwatch(old)
 	}
-	if err := a.exits.Watch(c.cgroup); err != nil {
+	if err := x.w.Watch(c.cgroup); err != nil {
 		// Resync still finds the cgroup gone, only later.
-		a.log.Warn("cannot watch container for its exit", "container", c.name, "cgroup", c.cgroup, "err", err)
+		x.log.Warn("cannot watch container for its exit", "container", c.name, "cgroup", c.cgroup, "err", err)
+	}
+}
+
+func (x exitWatch) unwatch(path string) {
+	if x.w != nil {
+		x.w.Unwatch(path)
 	}
 }
 
 // handleExit acts on a cgroup that emptied or went away.
 func (a *Agent) handleExit(ctx context.Context, e cgroup.Event) {
 	a.mu.Lock()
-	var c *container
-	for _, x := range a.containers {
-		if x.cgroup == e.Path {
-			c = x
-			break
-		}
-	}
+	c := a.containers.atCgroup(e.Path)
 	if c == nil {
 		a.mu.Unlock()
 		return
@@ -82,7 +89,7 @@ func (a *Agent) handleExit(ctx context.Context, e cgroup.Event) {
 	}
 	old := c.cgroup
 	c.runtimeID, c.cgroup = next.ID, nextCgroup
-	a.watchLocked(c, old)
+	a.exits.follow(c, old)
 	a.log.Info("container restarted by its runtime; following the new one", "container", c.name, "runtimeID", c.runtimeID, "cgroup", c.cgroup)
 }
 

@@ -130,7 +130,7 @@ func (a *Agent) Recover() (Recovery, error) {
 		if r.Status.State.Terminal() {
 			continue
 		}
-		a.gauge(1)
+		addInFlight(a.metrics, 1)
 		_, change, err := intent.Validate(r.Spec)
 		r.change = change
 		var c *container
@@ -234,7 +234,7 @@ func (a *Agent) journalLocked(r *record) {
 		return
 	}
 	if r.key == "" {
-		r.key = a.keyOfLocked(r.Spec.Target)
+		r.key = a.containers.keyOf(r.Spec.Target)
 	}
 	jr := journal.Record{Seq: r.seq, Container: r.key, Intent: r.Intent, Restarting: r.restarting}
 	if c := a.containers[r.key]; c != nil && r.Status.State == intent.Completed {
@@ -259,20 +259,6 @@ func (a *Agent) markRestarting(r *record, runtimeID string) error {
 		return fmt.Errorf("%w: %w", ErrJournal, err)
 	}
 	return nil
-}
-
-// keyOfLocked finds the key of a managed container by target, for intents
-// made without Submit.
-func (a *Agent) keyOfLocked(t intent.Target) string {
-	for _, c := range a.containers {
-		switch {
-		case t.PodUID != "" && c.podUID == t.PodUID && c.name == t.Name,
-			t.ContainerID != "" && c.runtimeID == t.ContainerID,
-			t.CgroupPath != "" && c.runtimeID == "" && c.cgroup == t.CgroupPath:
-			return c.key
-		}
-	}
-	return t.CgroupPath
 }
 
 // journalAcceptLocked puts r on disk before it is acknowledged. It drops
@@ -313,7 +299,7 @@ func (a *Agent) awaitAcceptLocked(r *record) (intent.Intent, bool, error) {
 // superseded by it at once, as it would have been in order.
 func (a *Agent) acceptLocked(c *container, r *record) {
 	a.hist.add(r)
-	a.gauge(1)
+	addInFlight(a.metrics, 1)
 	a.hub.publish(Event{Type: "ADDED", Intent: r.Intent})
 	a.log.Info("intent accepted", "intent", r.ID, "container", c.name, "cgroup", c.cgroup, "resources", describe(r.change))
 	switch {

@@ -294,9 +294,9 @@ func print(w io.Writer, format string, v any, table func(io.Writer)) error {
 }
 
 func intentTable(w io.Writer, list []intent.Intent) {
-	fmt.Fprintln(w, "ID\tCONTAINER\tSTATE\tREASON\tREQUESTS\tLIMITS\tAGE\tMESSAGE")
+	fmt.Fprintln(w, "ID\tORIGIN\tCONTAINER\tSTATE\tREASON\tREQUESTS\tLIMITS\tAGE\tMESSAGE")
 	for _, it := range list {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.ID, it.Spec.Target.Name, it.Status.State, it.Status.Reason,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.ID, originOf(it), it.Spec.Target.Name, it.Status.State, it.Status.Reason,
 			list2(it.Spec.Resources.Requests), list2(it.Spec.Resources.Limits), age(it.Status.AcceptedAt), it.Status.Message)
 	}
 }
@@ -341,6 +341,15 @@ func containerTable(w io.Writer, cs []api.ContainerInfo) {
 			orDash(r.CPULimit, intent.FormatCPU), orDash(r.MemoryLimit, intent.FormatMemory), cpuMax, weight, memMax, memCur,
 			stall, throttled, ooms, pending, driftCell(c.Drift))
 	}
+}
+
+// originOf is who asked for the intent; "-" for one the agent held before
+// intents carried their origin.
+func originOf(it intent.Intent) string {
+	if it.Origin == "" {
+		return "-"
+	}
+	return string(it.Origin)
 }
 
 func orDash(v int64, f func(int64) string) string {

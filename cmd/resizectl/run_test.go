@@ -82,3 +82,21 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("no agent: %d %q", code, errs)
 	}
 }
+
+// TestListShowsOrigin: get and list say who asked for each intent.
+func TestListShowsOrigin(t *testing.T) {
+	s := agenttest.Serve(t, admission.Capacity{MilliCPU: 2000, Memory: 4 << 30}, "/pod/web")
+	if code, out, errs := ctl(t, s.Socket, "resize", "web", "--cgroup", "/pod/web", "--cpu-request", "500m", "--id", "r1"); code != exitOK {
+		t.Fatalf("resize: %d %q %q", code, out, errs)
+	}
+	for _, args := range [][]string{{"get", "r1"}, {"list"}} {
+		code, out, _ := ctl(t, s.Socket, args...)
+		if lines := strings.Split(out, "\n"); code != exitOK || len(lines) < 2 || !strings.Contains(lines[0], "ORIGIN") || !strings.Contains(lines[1], " api ") {
+			t.Errorf("%s: %d %q", args[0], code, out)
+		}
+	}
+	code, out, _ := ctl(t, s.Socket, "get", "r1", "-o", "json")
+	if code != exitOK || !strings.Contains(out, `"origin": "api"`) {
+		t.Errorf("get -o json: %d %q", code, out)
+	}
+}
