@@ -25,7 +25,7 @@ const (
 	// DriftReport only reports: metric, log, the container listing.
 	DriftReport DriftPolicy = "report"
 	// DriftRestore writes the agent's values back, through an internal
-	// intent (ID prefix DriftIntentPrefix) serialized with the container's
+	// intent (origin drift, ID prefix DriftIntentPrefix) serialized with the container's
 	// other intents and applied like them (through the runtime for a
 	// runtime's container).
 	DriftRestore DriftPolicy = "restore"

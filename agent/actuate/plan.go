@@ -38,8 +38,10 @@ type level struct {
 // plan orders the writes of a resize. For every resource, when the
 // container's limit grows the pod-level cgroup is written first, and when it
 // shrinks the container is written first, so that the container's limit
-// never exceeds its pod's. Groups that already hold the wanted values are
-// not written. pod may be nil.
+// never exceeds its pod's (as kubelet's doPodResizeAction sets the pod
+// cgroup before the containers' limits when they grow and after when they
+// shrink, pkg/kubelet/kuberuntime/kuberuntime_manager.go). Groups that
+// already hold the wanted values are not written. pod may be nil.
 func plan(ctr level, pod *level, pageSize int64) []step {
 	var out []step
 	for _, g := range groups {
