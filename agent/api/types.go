@@ -33,7 +33,7 @@ type ContainerInfo struct {
 	Allocated     admission.Capacity `json:"allocated"`
 	Cgroup        *CgroupValues      `json:"cgroup,omitempty"`
 	CgroupError   string             `json:"cgroupError,omitempty"`
-	Pressure      *PressureSummary  `json:"pressure,omitempty"`
+	Pressure      *PressureSummary   `json:"pressure,omitempty"`
 	PendingIntent string             `json:"pendingIntent,omitempty"`
 	LastIntent    string             `json:"lastIntent,omitempty"`
 	QOSClass      corev1.PodQOSClass `json:"qosClass"`
@@ -130,4 +130,3 @@ func (f Filter) Match(it *intent.Intent) bool {
 	}
 	return true
 }
-
