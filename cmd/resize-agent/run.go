@@ -20,6 +20,7 @@ import (
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/apiserver"
+	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/journal"
 	"github.com/resizer/resize-agent/agent/kube"
 	"github.com/resizer/resize-agent/agent/metrics"
@@ -112,6 +113,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		return err
 	}
 	metrics.RegisterNode(reg, a)
+	metrics.RegisterIntents(reg, func(s intent.State) []intent.Intent { return a.List(agent.Filter{}, s) }, time.Now)
 	reg.MustRegister(pressure.NewCollector(a.Targets, sources...))
 
 	var ready atomic.Bool
