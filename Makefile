@@ -7,7 +7,7 @@ BIN := bin
 CMDS := resize-agent resizectl
 VM_PAYLOAD := $(BIN)/vm-payload
 
-.PHONY: all build test test-unit test-vm test-k8s demo vet clean generate check-generate fuzz
+.PHONY: all build test test-unit test-vm test-k8s test-monitoring demo vet clean generate check-generate fuzz
 
 all: build
 
@@ -61,7 +61,15 @@ fuzz:
 		go test -run '^$$' -fuzz "^$$name$$" -fuzztime "$$budget" -fuzzminimizetime 1s "$$pkg"; \
 	done
 
-test: test-unit fuzz test-vm test-k8s
+# The alerting and recording rules: promtool (built from the module proxy,
+# cached) checks them and runs their unit tests (every alert firing and not
+# firing). test-unit checks that the dashboard and rules name only metrics
+# the agent exports.
+test-monitoring:
+	@promtool=$$(test/tools.sh promtool) && $$promtool check rules deploy/monitoring/rules.yaml && \
+		cd deploy/monitoring && $$promtool test rules rules_test.yaml
+
+test: test-unit fuzz test-monitoring test-vm test-k8s
 
 # The main job: the agent resizing a running container, one Infeasible
 # resize, and the metrics. On a host without usable cgroup v2 controllers it

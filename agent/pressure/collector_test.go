@@ -1,6 +1,7 @@
 package pressure_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,5 +51,17 @@ resize_agent_pressure_source_info{source="psi"} 1
 	s := pressure.Summarize("/pod/web", []pressure.Source{pressure.Files{CG: cg}})
 	if s.CPUStallSeconds != 2.5 || s.OOMKills != 2 || s.ThrottledPeriods != 7 || s.CPUSomeAvg10 == nil || *s.CPUSomeAvg10 != 1.5 {
 		t.Errorf("Summary %+v", s)
+	}
+}
+
+func TestMetricNames(t *testing.T) {
+	names := pressure.MetricNames()
+	for _, want := range []string{"container_oom_events_total", "container_pressure_io_stalled_seconds_total", "resize_agent_container_runqueue_latency_seconds", "resize_agent_pressure_source_info"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("pressure.MetricNames() lacks %s: %v", want, names)
+		}
+	}
+	if len(names) != 15 {
+		t.Errorf("MetricNames() has %d names, want 15: %v", len(names), names)
 	}
 }

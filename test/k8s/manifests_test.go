@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -144,6 +145,20 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 			if k.Kind != kusttypes.KustomizationKind && k.Kind != kusttypes.ComponentKind {
 				t.Errorf("%s: kind %q", rel, k.Kind)
 			}
+		case rel == filepath.Join("monitoring", "rules.yaml"):
+			var f promRules
+			if err := yaml.UnmarshalStrict(b, &f); err != nil || len(f.Groups) == 0 {
+				t.Errorf("%s: %+v %v", rel, f, err)
+			}
+		case rel == filepath.Join("monitoring", "rules_test.yaml"):
+			var f struct {
+				RuleFiles          []string `json:"rule_files"`
+				EvaluationInterval string   `json:"evaluation_interval"`
+				Tests              []any    `json:"tests"`
+			}
+			if err := yaml.UnmarshalStrict(b, &f); err != nil || !slices.Equal(f.RuleFiles, []string{"rules.yaml"}) || len(f.Tests) == 0 {
+				t.Errorf("%s: %+v %v", rel, f, err)
+			}
 		case rel == filepath.Join("kind", "cluster.yaml"):
 			var c kindCluster
 			if err := yaml.UnmarshalStrict(b, &c); err != nil || c.Kind != "Cluster" || c.APIVersion != "kind.x-k8s.io/v1alpha4" || len(c.Nodes) == 0 {
@@ -166,6 +181,11 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	if _, _, err := dec.Decode(bad, nil, nil); err == nil || !strings.Contains(err.Error(), "selecter") {
 		t.Errorf("a misspelt field decoded: %v", err)
 	}
+}
+
+// promRules is a Prometheus rules file, as promtool reads it.
+type promRules struct {
+	Groups []monitoringv1.RuleGroup `json:"groups"`
 }
 
 // kindCluster is the part of kind's v1alpha4 Cluster that
@@ -227,7 +247,7 @@ func TestKustomizeBuildsAndAgreesWithTheDaemon(t *testing.T) {
 	kind := build(t, fsys, "/deploy/overlays/kind")
 	// With the ServiceMonitor component, as an overlay for a cluster with
 	// the Prometheus operator would use it.
-	kust := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../../base\ncomponents:\n  - ../../components/servicemonitor\n"
+	kust := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../../base\ncomponents:\n  - ../../components/servicemonitor\n  - ../../monitoring\n"
 	if err := fsys.WriteFile("/deploy/overlays/monitored/kustomization.yaml", []byte(kust)); err != nil {
 		t.Fatal(err)
 	}
@@ -252,6 +272,32 @@ func TestKustomizeBuildsAndAgreesWithTheDaemon(t *testing.T) {
 	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != svc.Spec.Ports[0].Name || sm.Spec.Endpoints[0].Path != "/metrics" ||
 		sm.Spec.Selector.MatchLabels["app.kubernetes.io/name"] != svc.Labels["app.kubernetes.io/name"] {
 		t.Errorf("ServiceMonitor %+v does not select the metrics Service %+v", sm.Spec, svc.ObjectMeta)
+	}
+	if rl := sm.Spec.Endpoints[0].RelabelConfigs; len(rl) == 0 || rl[0].TargetLabel != "node" {
+		t.Errorf("ServiceMonitor does not label series with the node (the dashboard and alerts group by it): %+v", rl)
+	}
+	// The monitoring component: the PrometheusRule holds rules.yaml's groups,
+	// and the dashboard's ConfigMap the dashboard, for Grafana's sidecar.
+	var plain promRules
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "monitoring", "rules.yaml"))
+	if err == nil {
+		err = yaml.UnmarshalStrict(b, &plain)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := find[*monitoringv1.PrometheusRule](t, monitored)
+	if !reflect.DeepEqual(pr.Spec.Groups, plain.Groups) {
+		t.Errorf("the PrometheusRule's groups differ from deploy/monitoring/rules.yaml:\n%+v\n%+v", pr.Spec.Groups, plain.Groups)
+	}
+	var dash *corev1.ConfigMap
+	for _, o := range monitored {
+		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Labels["grafana_dashboard"] == "1" {
+			dash = cm
+		}
+	}
+	if dash == nil || !json.Valid([]byte(dash.Data["resize-agent.json"])) || dash.Namespace != "resize-agent" {
+		t.Errorf("no dashboard ConfigMap for Grafana's sidecar: %+v", dash)
 	}
 }
 

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+
+	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/pressure"
+	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+)
+
+// monitoringDir holds the dashboard and the rules, beside the manifests.
+var monitoringDir = filepath.Join("..", "..", "deploy", "monitoring")
+
+// external are the metrics the dashboard takes from elsewhere: Prometheus'
+// own up, and kube-state-metrics' kube_pod_info for namespace and pod names.
+var external = map[string]bool{"up": true, "kube_pod_info": true}
+
+// TestMonitoringUsesExportedMetrics fails when a dashboard panel, a
+// template variable or a rule names a metric the agent does not export. The
+// metrics are what the daemon, wired by run, serves after a memory raise
+// and a decrease, plus every metric the pressure collector can export
+// (some need eBPF or PSI files).
+func TestMonitoringUsesExportedMetrics(t *testing.T) {
+	if _, err := os.Stat(monitoringDir); err != nil && os.Getenv("RESIZE_AGENT_REQUIRE_CGROUP2") == "1" {
+		t.Skip("in the VM payload, without the repository's deploy/: the host run checks the dashboard")
+	}
+	exported := scrapeNames(t)
+	for _, n := range pressure.MetricNames() {
+		for _, s := range []string{"", "_bucket", "_sum", "_count"} {
+			exported[n+s] = true
+		}
+	}
+	used := map[string][]string{} // metric -> where
+	dash, err := os.ReadFile(filepath.Join(monitoringDir, "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d any
+	if err := json.Unmarshal(dash, &d); err != nil {
+		t.Fatalf("dashboard.json: %v", err)
+	}
+	walk(d, "", func(path, key, v string) {
+		switch key {
+		case "expr":
+			for _, n := range metricNames(v) {
+				used[n] = append(used[n], "dashboard "+path)
+			}
+		case "definition":
+			for _, m := range labelValues.FindAllStringSubmatch(v, -1) {
+				used[m[1]] = append(used[m[1]], "dashboard variable "+path)
+			}
+		}
+	})
+	rules, err := os.ReadFile(filepath.Join(monitoringDir, "rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r any
+	if err := yaml.Unmarshal(rules, &r); err != nil {
+		t.Fatalf("rules.yaml: %v", err)
+	}
+	recorded := map[string]bool{}
+	walk(r, "", func(path, key, v string) {
+		if key == "record" {
+			recorded[v] = true
+		}
+	})
+	walk(r, "", func(path, key, v string) {
+		if key == "expr" {
+			for _, n := range metricNames(v) {
+				used[n] = append(used[n], "rules "+path)
+			}
+		}
+	})
+	if len(used) < 20 {
+		t.Fatalf("found only %d metric names in the dashboard and rules: the extraction is broken", len(used))
+	}
+	var names []string
+	for n := range used {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if !exported[n] && !external[n] && !recorded[n] {
+			t.Errorf("%s is not exported by the agent (used in %s)", n, strings.Join(used[n], ", "))
+		}
+	}
+	// The check must be able to fail.
+	if got := metricNames(`sum by (node) (rate(resize_agent_no_such_total{a="b"}[5m])) / on (node) up`); strings.Join(got, ",") != "resize_agent_no_such_total,up" {
+		t.Errorf("metricNames = %v", got)
+	}
+}
+
+var (
+	labelValues = regexp.MustCompile(`label_values\(([a-zA-Z_:][a-zA-Z0-9_:]*)`)
+	strLit      = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'`)
+	braces      = regexp.MustCompile(`\{[^{}]*\}|\[[^\[\]]*\]`)
+	clauses     = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)`)
+	ident       = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*(\s*\()?`)
+	keywords    = map[string]bool{"by": true, "without": true, "on": true, "ignoring": true, "group_left": true,
+		"group_right": true, "and": true, "or": true, "unless": true, "bool": true, "offset": true, "inf": true, "nan": true}
+)
+
+// metricNames returns the metric names a PromQL expression selects: the
+// identifiers left once strings, label matchers, ranges and grouping
+// clauses are gone, that are not functions, aggregations or keywords.
+func metricNames(expr string) []string {
+	s := strLit.ReplaceAllString(expr, `""`)
+	s = strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m").Replace(s)
+	for prev := ""; prev != s; {
+		prev, s = s, braces.ReplaceAllString(s, " ")
+	}
+	s = clauses.ReplaceAllString(s, " ")
+	var out []string
+	seen := map[string]bool{}
+	for _, m := range ident.FindAllStringSubmatch(s, -1) {
+		name := strings.TrimRight(strings.TrimSuffix(strings.TrimSpace(m[0]), "("), " ")
+		if m[1] != "" || keywords[strings.ToLower(name)] || seen[name] {
+			continue
+		}
+		seen[name] = true
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// walk calls f for every string in a decoded JSON or YAML document.
+func walk(v any, path string, f func(path, key, v string)) {
+	switch x := v.(type) {
+	case map[string]any:
+		title, _ := x["title"].(string)
+		if title == "" {
+			title, _ = x["alert"].(string)
+		}
+		if title != "" {
+			path += "/" + title
+		}
+		for k, c := range x {
+			if s, ok := c.(string); ok {
+				f(path, k, s)
+			} else {
+				walk(c, path, f)
+			}
+		}
+	case []any:
+		for _, c := range x {
+			walk(c, path, f)
+		}
+	}
+}
+
+// scrapeNames runs the daemon on a fake tree, raises and then lowers a
+// container's memory limit, and returns the names in /metrics.
+func scrapeNames(t *testing.T) map[string]bool {
+	t.Helper()
+	root := cgrouptest.FakeTree(t, "/kubepods/pod1/web")
+	o := DefaultOptions()
+	o.StateDir = t.TempDir()
+	o.CgroupRoot, o.skipFSCheck = root, true
+	o.Socket = filepath.Join(t.TempDir(), "agent.sock")
+	o.MetricsAddress = "127.0.0.1:0"
+	o.CPUAllocatable, o.MemoryAllocatable = "2", "4Gi"
+	addr := make(chan string, 1)
+	o.onReady = func(a string) { addr <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, o, quiet) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	var metricsAddr string
+	select {
+	case metricsAddr = <-addr:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	c := api.NewClient(o.Socket)
+	for _, mem := range []string{"256Mi", "128Mi"} {
+		s := intent.Spec{Target: intent.Target{Name: "web", CgroupPath: "/kubepods/pod1/web"}, AllowMemoryBelowUsage: true}
+		s.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(mem)}
+		s.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		it, _, err := c.Submit(wctx, s)
+		if err == nil {
+			it, err = c.WaitSettled(wctx, it.ID)
+		}
+		wcancel()
+		if err != nil || it.Status.State != intent.Completed {
+			t.Fatalf("resize to %s: %+v %v", mem, it.Status, err)
+		}
+	}
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	names := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if i := strings.IndexAny(l, "{ "); i > 0 {
+			names[l[:i]] = true
+		}
+	}
+	io.Copy(io.Discard, resp.Body)
+	return names
+}
