@@ -114,6 +114,9 @@ func (a *Agent) Recover() (Recovery, error) {
 		out.Containers++
 	}
 	for _, jr := range recs {
+		// A Forget marker took a sequence number too: handing it out again
+		// would tie a new intent with the marker (issue 15, finding 3).
+		a.seq = max(a.seq, jr.Seq)
 		if jr.Forget() {
 			continue
 		}
@@ -121,7 +124,6 @@ func (a *Agent) Recover() (Recovery, error) {
 		if r.Origin == "" {
 			r.Origin = legacyOrigin(r.ID)
 		}
-		a.seq = max(a.seq, r.seq)
 		if _, dup := a.hist.intents[r.ID]; dup {
 			continue
 		}

@@ -437,6 +437,58 @@ func TestRecoverForgottenStaysForgotten(t *testing.T) {
 	}
 }
 
+// TestRecoverForgetThenManagedAgain (issue 15, finding 3): a container
+// forgotten, then managed again after a restart, keeps its new resources
+// across later restarts. The Forget marker took a sequence number the
+// restarted agent handed out again, so the marker and the new intent tied,
+// and replay ordered them either way.
+func TestRecoverForgetThenManagedAgain(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/a")
+	dir := t.TempDir()
+	a1, _, _ := journaled(t, root, dir, big)
+	want(t, submit(t, a1, spec("a", "/a", map[string]string{"cpu": "1"}, nil)), intent.Completed, "")
+	if err := a1.Forget("a"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; !strings.Contains(readJournal(t, dir), `"Forgotten"`); i++ {
+		if i > 500 {
+			t.Fatal("the forget never reached the journal")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	dir2 := crash(t, dir)
+	a2, _, _ := journaled(t, root, dir2, big)
+	recoverAgent(t, a2)
+	it := submit(t, a2, spec("a", "/a", map[string]string{"cpu": "700m"}, nil))
+	want(t, it, intent.Completed, "")
+	completed := func() bool {
+		for _, line := range strings.Split(readJournal(t, dir2), "\n") {
+			if strings.Contains(line, `"id":"`+it.ID+`"`) && strings.Contains(line, `"state":"Completed"`) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; !completed(); i++ { // appended without waiting
+		if i > 500 {
+			t.Fatal("the intent's Completed record never reached the journal")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Replay's order of records that tie is that of a map: restart several
+	// times so that a tie shows.
+	for i := range 8 {
+		a3, _, l3 := journaled(t, root, crash(t, dir2), big)
+		recoverAgent(t, a3)
+		if cs := a3.Containers(); len(cs) != 1 || cs[0].Name != "a" {
+			t.Fatalf("restart %d: containers after recovery: %+v", i, cs)
+		}
+		if got := l3.Allocated().MilliCPU; got != 700 {
+			t.Fatalf("restart %d: allocated %dm after recovery, want a's 700m", i, got)
+		}
+	}
+}
+
 // TestRecoverRestartNotRepeated: an intent whose resizePolicy restarts the
 // container is journaled as restarting it before the restart begins. After
 // a crash that came once the restart was done (the runtime runs a newer
