@@ -489,6 +489,44 @@ func TestRecoverForgetThenManagedAgain(t *testing.T) {
 	}
 }
 
+// TestRecoverForgottenAfterCompaction (issue 15, finding 4): compaction
+// keeps a forgotten container's last Completed intent as history; it must
+// keep the Forget marker with it, or a restart manages the container again
+// and gives it its old capacity on the ledger.
+func TestRecoverForgottenAfterCompaction(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/a", "/b")
+	dir := t.TempDir()
+	j, err := journal.Open(dir, journal.WithCompactAt(1<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	cg := &recorder{Manager: cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())}
+	a1 := agent.New(cg, admission.NewLedger(big), agent.WithJournal(j), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	defer a1.Close(context.Background())
+	want(t, submit(t, a1, spec("a", "/a", map[string]string{"cpu": "1"}, nil)), intent.Completed, "")
+	if err := a1.Forget("a"); err != nil {
+		t.Fatal(err)
+	}
+	before := j.Stats().Compactions
+	for i := 0; j.Stats().Compactions == before; i++ {
+		if i > 200 {
+			t.Fatalf("no compaction after %d intents: %+v", i, j.Stats())
+		}
+		want(t, submit(t, a1, spec("b", "/b", map[string]string{"cpu": fmt.Sprintf("%dm", 100+i%2*100)}, nil)), intent.Completed, "")
+	}
+	a2, _, l2 := journaled(t, root, crash(t, dir), big)
+	recoverAgent(t, a2)
+	for _, c := range a2.Containers() {
+		if c.Name == "a" {
+			t.Errorf("the forgotten container is managed again after compaction and a restart: %+v", c)
+		}
+	}
+	if got := l2.Allocated().MilliCPU; got > 200 {
+		t.Errorf("allocated %dm after recovery, want only b's (at most 200m)", got)
+	}
+}
+
 // TestRecoverRestartNotRepeated: an intent whose resizePolicy restarts the
 // container is journaled as restarting it before the restart begins. After
 // a crash that came once the restart was done (the runtime runs a newer

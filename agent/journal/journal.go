@@ -45,8 +45,9 @@ type Record struct {
 
 // Forgotten marks a record that says the agent stopped managing a
 // container (Forget, or it exited): its last Completed intent must then not
-// give it its resources back after a restart. Compaction drops such a
-// marker together with what it cancels.
+// give it its resources back after a restart. Compaction keeps a marker
+// as long as the file keeps a Completed intent of its container from
+// before it.
 const Forgotten intent.State = "Forgotten"
 
 // ForgetRecord is the marker for the container key, at seq (after every
@@ -509,14 +510,30 @@ func (j *Journal) compact() error {
 		e := all[i]
 		switch {
 		case e.state == Forgotten:
-			// Dropped with the Completed intent it cancels, or alone when
-			// a later Completed intent makes it moot.
+			// Decided below, once the Completed intents kept are known.
 		case lastCompleted[e.key] == e.seq && e.state == intent.Completed && forgotten[e.key] < e.seq,
 			!e.state.Terminal():
 			keep[i] = true
 		case history < j.history:
 			keep[i] = true
 			history++
+		}
+	}
+	// A marker stays while the file keeps a Completed intent of its
+	// container from before it (as history): without it, replay would give
+	// the forgotten container that intent's resources back (issue 15,
+	// finding 4). With none, or a later Completed intent, it is moot.
+	oldestCompleted := map[string]uint64{}
+	for i, e := range all {
+		if keep[i] && e.state == intent.Completed {
+			if s, ok := oldestCompleted[e.key]; !ok || e.seq < s {
+				oldestCompleted[e.key] = e.seq
+			}
+		}
+	}
+	for i, e := range all {
+		if s, ok := oldestCompleted[e.key]; ok && e.state == Forgotten && s < e.seq && lastCompleted[e.key] < e.seq {
+			keep[i] = true
 		}
 	}
 	tmp := filepath.Join(j.dir, tmpName)

@@ -419,3 +419,47 @@ func TestCompactAfterOpen(t *testing.T) {
 		t.Errorf("stats %+v, want 1 compaction and 4 intents", st)
 	}
 }
+
+// restored is what recovery (agent.Recover) gives resources back to: each
+// container's last Completed intent, unless a Forget marker came after it.
+func restored(rs []Record) map[string]string {
+	last := map[string]string{}
+	for _, r := range rs {
+		switch {
+		case r.Forget():
+			delete(last, r.Container)
+		case r.Intent.Status.State == intent.Completed && r.Resources != nil:
+			last[r.Container] = r.Intent.ID
+		}
+	}
+	return last
+}
+
+// TestCompactionKeepsForget (issue 15, finding 4): a forgotten container
+// whose last Completed intent compaction keeps as history stays forgotten
+// after a restart; one completed again after the marker is managed.
+func TestCompactionKeepsForget(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir, WithCompactAt(2<<10), WithHistory(100))
+	mustAppend(t, j, rec(1, "gone", "forgotten", intent.Completed), ForgetRecord(2, "forgotten"),
+		rec(3, "back-old", "back", intent.Completed), ForgetRecord(4, "back"), rec(5, "back-new", "back", intent.Completed))
+	for i := uint64(6); i < 40; i++ {
+		mustAppend(t, j, rec(i, fmt.Sprint("f", i), "busy", intent.Failed))
+	}
+	st := j.Stats()
+	j.Close()
+	if st.Compactions == 0 {
+		t.Fatalf("stats %+v: no compaction", st)
+	}
+	j = open(t, dir)
+	defer j.Close()
+	rs := j.Records()
+	if got, want := fmt.Sprint(restored(rs)), "map[back:back-new]"; got != want {
+		t.Errorf("recovery would restore %s, want %s; replayed %s", got, want, states(rs))
+	}
+	for _, r := range rs {
+		if r.Forget() && r.Container == "back" {
+			t.Errorf("compaction kept the moot marker of a container completed again: %s", states(rs))
+		}
+	}
+}
