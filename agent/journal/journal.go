@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -106,12 +107,30 @@ func WithCompactAt(bytes int64) Option { return func(j *Journal) { j.compactAt =
 // f must not block.
 func WithSyncObserver(f func(time.Duration)) Option { return func(j *Journal) { j.observe = f } }
 
+// file is what the writer needs of the journal's file; tests wrap it to
+// fail as a full disk or a bad sector does.
+type file interface {
+	Write(b []byte) (int, error)
+	Truncate(size int64) error
+	Seek(offset int64, whence int) (int64, error)
+	Datasync() error
+	Close() error
+}
+
+type osFile struct{ *os.File }
+
+func (f osFile) Datasync() error { return unix.Fdatasync(int(f.Fd())) }
+
+// withFile has every journal file the writer opens go through wrap.
+func withFile(wrap func(*os.File) file) Option { return func(j *Journal) { j.wrap = wrap } }
+
 // Journal is safe for concurrent use.
 type Journal struct {
 	dir, path string
 	history   int
 	compactAt int64
 	observe   func(time.Duration)
+	wrap      func(*os.File) file
 	lock      *os.File
 	records   []Record // as replayed by Open
 
@@ -128,8 +147,9 @@ type Journal struct {
 	done    chan struct{}
 
 	// The writer's own.
-	f     *os.File
+	f     file
 	size  int64
+	cutTo int64 // a failed batch's cut that failed too, else -1
 	base  int64 // size after the last compaction
 	index map[string]entry
 }
@@ -146,7 +166,7 @@ type entry struct {
 // tail, and starts the writer. Records returns what it replayed.
 func Open(dir string, opts ...Option) (*Journal, error) {
 	j := &Journal{dir: dir, path: filepath.Join(dir, FileName), history: 10000, compactAt: 1 << 20,
-		index: map[string]entry{}, batch: 1, done: make(chan struct{})}
+		index: map[string]entry{}, batch: 1, cutTo: -1, done: make(chan struct{}), wrap: func(f *os.File) file { return osFile{f} }}
 	for _, o := range opts {
 		o(j)
 	}
@@ -203,10 +223,11 @@ func (j *Journal) replay() error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_CREATE, 0o600)
+	osf, err := os.OpenFile(j.path, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
+	f := j.wrap(osf)
 	if good < int64(len(data)) {
 		if err := f.Truncate(good); err != nil {
 			f.Close()
@@ -217,7 +238,7 @@ func (j *Journal) replay() error {
 		f.Close()
 		return fmt.Errorf("journal: %w", err)
 	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+	if err := f.Datasync(); err != nil {
 		f.Close()
 		return fmt.Errorf("journal: sync: %w", err)
 	}
@@ -408,6 +429,9 @@ func (j *Journal) Close() error {
 	j.mu.Lock()
 	err := j.err
 	j.mu.Unlock()
+	if j.cutTo >= 0 {
+		err = j.cut(j.cutTo, err)
+	}
 	if cerr := j.f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("journal: %w", cerr)
 	}
@@ -471,20 +495,41 @@ func (j *Journal) writer() {
 	}
 }
 
-// write appends one batch and syncs it.
+// write appends one batch and syncs it. A batch that fails is cut off
+// again: its submitters are refused, so none of its records may be found
+// by a later replay (issue 15, finding 2: on a full disk, the complete
+// lines of a batch cut short by ENOSPC were replayed and applied).
 func (j *Journal) write(buf []byte, ents []entry) error {
+	before := j.size
 	n, err := j.f.Write(buf)
 	j.size += int64(n)
 	if err != nil {
-		return fmt.Errorf("journal: write: %w", err)
+		return j.cut(before, fmt.Errorf("journal: write: %w", err))
 	}
-	if err := unix.Fdatasync(int(j.f.Fd())); err != nil {
-		return fmt.Errorf("journal: sync: %w", err)
+	if err := j.f.Datasync(); err != nil {
+		// What reached the page cache may reach the disk later: cut it.
+		return j.cut(before, fmt.Errorf("journal: sync: %w", err))
 	}
 	for _, e := range ents {
 		j.index[e.id] = e
 	}
 	return nil
+}
+
+// cut truncates the file back to size, on disk, after the failure why.
+// Until it succeeds (Close tries again) the failed batch may be on disk.
+func (j *Journal) cut(size int64, why error) error {
+	j.cutTo = size
+	err := j.f.Truncate(size)
+	if err == nil {
+		err = j.f.Datasync()
+	}
+	if err != nil {
+		return fmt.Errorf("%w; cutting the failed batch off failed too: %w", why, err)
+	}
+	j.size, j.cutTo = size, -1
+	_, _ = j.f.Seek(size, io.SeekStart) // nothing is written after a failure; for tidiness
+	return fmt.Errorf("%w (the batch was cut off)", why)
 }
 
 // compact rewrites the file with what recovery needs (see the package
@@ -537,11 +582,12 @@ func (j *Journal) compact() error {
 		}
 	}
 	tmp := filepath.Join(j.dir, tmpName)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	osf, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		j.base = j.size // try again once the file has doubled
 		return fmt.Errorf("journal: compaction: %w", err)
 	}
+	f := j.wrap(osf)
 	var size int64
 	var buf []byte
 	index := make(map[string]entry, len(all))
@@ -554,7 +600,7 @@ func (j *Journal) compact() error {
 	n, err := f.Write(buf)
 	size = int64(n)
 	if err == nil {
-		err = unix.Fdatasync(int(f.Fd()))
+		err = f.Datasync()
 	}
 	if err == nil {
 		err = os.Rename(tmp, j.path)

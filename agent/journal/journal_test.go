@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/resizer/resize-agent/agent/intent"
 )
@@ -291,7 +292,7 @@ func TestWriteFailureIsSticky(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.f.Close()
-	j.f = ro
+	j.f = osFile{ro}
 	j.mu.Unlock()
 	if err := j.Wait(j.Append(rec(2, "b", "c", intent.Proposed))); err == nil {
 		t.Fatal("write to a read-only file succeeded")
@@ -462,4 +463,127 @@ func TestCompactionKeepsForget(t *testing.T) {
 			t.Errorf("compaction kept the moot marker of a container completed again: %s", states(rs))
 		}
 	}
+}
+
+// faulty is a journal file on a disk that fills up at limit bytes (a
+// write past it writes what fits, then fails with ENOSPC, as write(2)
+// does) or whose next sync fails with syncErr (once: Linux reports a
+// writeback error to one fsync). Its first write waits for gate; the
+// faults apply from the second.
+type faulty struct {
+	file
+	size, limit int64
+	syncErr     error
+	gate        chan struct{}
+	writes      int
+}
+
+func (f *faulty) Write(b []byte) (int, error) {
+	if f.gate != nil {
+		<-f.gate
+		f.gate = nil
+	}
+	f.writes++
+	if room := f.limit - f.size; f.writes > 1 && int64(len(b)) > room {
+		n, _ := f.file.Write(b[:max(room, 0)])
+		f.size += int64(n)
+		return n, unix.ENOSPC
+	}
+	n, err := f.file.Write(b)
+	f.size += int64(n)
+	return n, err
+}
+
+func (f *faulty) Truncate(n int64) error {
+	if err := f.file.Truncate(n); err != nil {
+		return err
+	}
+	f.size = n
+	return nil
+}
+
+func (f *faulty) Datasync() error {
+	if err := f.syncErr; err != nil && f.writes > 1 {
+		f.syncErr = nil
+		return err
+	}
+	return f.file.Datasync()
+}
+
+// TestFailedBatchLeavesNoTrace (issue 15, finding 2): a batch that fails
+// (the disk full in the middle of it, or its sync failing) is refused to
+// every submitter, cut off the file, and not replayed; the journal refuses
+// everything after, until reopened.
+func TestFailedBatchLeavesNoTrace(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    func(f *faulty)
+	}{
+		{"disk full", func(f *faulty) { f.limit = f.size + 600 }}, // the first record of the batch fits
+		{"sync EIO", func(f *faulty) { f.syncErr = unix.EIO }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			j := open(t, dir)
+			mustAppend(t, j, rec(1, "old", "c", intent.Completed))
+			j.Close()
+			var ff *faulty
+			gate := make(chan struct{})
+			j = open(t, dir, withFile(func(f *os.File) file {
+				st, _ := f.Stat()
+				ff = &faulty{file: osFile{f}, size: st.Size(), limit: 1 << 40, gate: gate}
+				return ff
+			}))
+			// The first batch waits at the write while 40 more records
+			// queue behind it: the next batch holds all 40.
+			first := j.Append(rec(2, "first", "c", intent.Proposed))
+			for j.queuedLen() != 0 {
+				time.Sleep(time.Millisecond)
+			}
+			var tickets []Ticket
+			for i := range 40 {
+				tickets = append(tickets, j.Append(rec(uint64(3+i), fmt.Sprint("refused-", i), "c", intent.Proposed)))
+			}
+			j.mu.Lock()
+			tc.f(ff)
+			j.mu.Unlock()
+			close(gate)
+			if err := j.Wait(first); err != nil {
+				t.Fatalf("the batch before the failure: %v", err)
+			}
+			refused := 0
+			for _, tk := range tickets {
+				if err := j.Wait(tk); err != nil {
+					refused++
+				}
+			}
+			if refused != 40 {
+				t.Fatalf("%d of 40 refused", refused)
+			}
+			t.Log(j.Err())
+			if j.Err() == nil || j.Stats().Err == nil {
+				t.Error("the journal does not say it is broken")
+			}
+			// Out of service, even once the disk has room again.
+			j.mu.Lock()
+			ff.limit = 1 << 40
+			j.mu.Unlock()
+			if err := j.Wait(j.Append(rec(100, "later", "c", intent.Proposed))); err == nil {
+				t.Error("a broken journal took a record")
+			}
+			j.Close()
+			j = open(t, dir)
+			defer j.Close()
+			if got, want := states(j.Records()), "1:old:Completed 2:first:Proposed "; got != want {
+				t.Errorf("replayed %q after the failure, want %q", got, want)
+			}
+		})
+	}
+}
+
+// queuedLen is how many records wait for the writer.
+func (j *Journal) queuedLen() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.queued)
 }

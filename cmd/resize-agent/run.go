@@ -282,10 +282,20 @@ func requireToken(token string, h http.Handler) http.Handler {
 
 // addOps adds the metrics, liveness and readiness endpoints; broken, when
 // not nil, reports what makes the agent unable to accept intents (a failed
-// journal).
+// journal). A failed journal stays failed until the agent restarts (its
+// file holds nothing of the failed batch, the agent's memory may), so it
+// fails liveness too: the restart replays what is on disk and tries again.
 func addOps(mux *http.ServeMux, reg *prometheus.Registry, ready *atomic.Bool, broken func() error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if broken != nil {
+			if err := broken(); err != nil {
+				http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
