@@ -3,9 +3,9 @@ package journal
 import "errors"
 
 var (
-	// ErrCorrupt is returned by Open when the file has a bad record with
-	// good records after it.
-	ErrCorrupt = errors.New("journal is corrupt")
+	// ErrVersion is returned by Open for a file of a format version this
+	// agent does not read (written by a newer agent).
+	ErrVersion = errors.New("journal format version not supported")
 	// ErrLocked is returned by Open when another process holds the state
 	// directory.
 	ErrLocked = errors.New("state directory is in use")

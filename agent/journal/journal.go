@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -26,7 +25,19 @@ const (
 	FileName = "intents.jsonl"
 	lockName = "lock"
 	tmpName  = FileName + ".tmp"
+	// A copy of a file in which Open found bad lines is kept aside as
+	// FileName + CorruptSuffix + a UTC time.
+	CorruptSuffix = ".corrupt-"
 )
+
+// Version is the format this agent writes: the first line of a file is a
+// header that says it. A file without a header (written before there was
+// one) is version 1; a file of a newer version is refused with ErrVersion.
+const Version = 1
+
+// maxLine bounds a record: a longer line is refused by Append and is a bad
+// line to Open, which never holds more than this of one line in memory.
+const maxLine = 1 << 20
 
 // Record is the whole of one intent at one moment. The last record of an
 // intent in the file is its state.
@@ -87,6 +98,8 @@ type Stats struct {
 	Syncs, Records uint64
 	// Err is the write error that broke the journal (see Err).
 	Err error
+	// Quarantined counts the bad lines Open set aside (see Quarantine).
+	Quarantined int
 }
 
 // Option configures a Journal.
@@ -111,6 +124,7 @@ func WithSyncObserver(f func(time.Duration)) Option { return func(j *Journal) { 
 // fail as a full disk or a bad sector does.
 type file interface {
 	Write(b []byte) (int, error)
+	ReadAt(b []byte, off int64) (int, error)
 	Truncate(size int64) error
 	Seek(offset int64, whence int) (int64, error)
 	Datasync() error
@@ -126,13 +140,14 @@ func withFile(wrap func(*os.File) file) Option { return func(j *Journal) { j.wra
 
 // Journal is safe for concurrent use.
 type Journal struct {
-	dir, path string
-	history   int
-	compactAt int64
-	observe   func(time.Duration)
-	wrap      func(*os.File) file
-	lock      *os.File
-	records   []Record // as replayed by Open
+	dir, path  string
+	history    int
+	compactAt  int64
+	observe    func(time.Duration)
+	wrap       func(*os.File) file
+	lock       *os.File
+	records    []Record // as replayed by Open
+	quarantine Quarantine
 
 	mu      sync.Mutex
 	work    *sync.Cond // the writer waits for records
@@ -154,12 +169,16 @@ type Journal struct {
 	index map[string]entry
 }
 
-// entry is the last line of one intent.
+// entry is the last line of one intent: where it is in the file, and
+// what compaction needs to know of it. Open keeps no more than this of a
+// record it does not return (issue 15, finding 8).
 type entry struct {
 	id, key string
 	seq     uint64
 	state   intent.State
-	line    []byte
+	off     int64
+	n       int    // the line's length, newline included
+	line    []byte // while queued
 }
 
 // Open locks dir (creating it), replays its journal, cutting off a torn
@@ -208,98 +227,6 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// replay reads the file into the index and records, and opens it for
-// appending.
-func (j *Journal) replay() error {
-	// A temporary file is a compaction that did not reach its rename.
-	if err := os.Remove(filepath.Join(j.dir, tmpName)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("journal: %w", err)
-	}
-	data, err := os.ReadFile(j.path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("journal: %w", err)
-	}
-	good, err := j.load(data)
-	if err != nil {
-		return err
-	}
-	osf, err := os.OpenFile(j.path, os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	f := j.wrap(osf)
-	if good < int64(len(data)) {
-		if err := f.Truncate(good); err != nil {
-			f.Close()
-			return fmt.Errorf("journal: cutting off the torn tail: %w", err)
-		}
-	}
-	if _, err := f.Seek(good, 0); err != nil {
-		f.Close()
-		return fmt.Errorf("journal: %w", err)
-	}
-	if err := f.Datasync(); err != nil {
-		f.Close()
-		return fmt.Errorf("journal: sync: %w", err)
-	}
-	if err := syncDir(j.dir); err != nil {
-		f.Close()
-		return err
-	}
-	// base 0: a file already past the threshold is compacted at the first
-	// write, since much of what a restart replays is dead.
-	j.f, j.size = f, good
-	last := map[string]Record{}
-	for id, e := range j.index {
-		var r Record
-		_, _ = decode(e.line, &r) // decoded once already
-		last[id] = r
-	}
-	for _, r := range last {
-		j.records = append(j.records, r)
-	}
-	slices.SortFunc(j.records, func(a, b Record) int { return cmpSeq(a.Seq, b.Seq) })
-	j.stats.Size, j.stats.Intents = good, len(j.index)
-	return nil
-}
-
-// load indexes the lines of data and returns the length of its good part.
-func (j *Journal) load(data []byte) (int64, error) {
-	off, n := 0, 0
-	badAt, badLine, badWhy := -1, 0, ""
-	for off < len(data) {
-		n++
-		end := bytes.IndexByte(data[off:], '\n')
-		if end < 0 {
-			// A write cut short: never a complete line.
-			if badAt < 0 {
-				badAt = off
-			}
-			break
-		}
-		line := data[off : off+end+1]
-		var r Record
-		why, err := decode(line, &r)
-		if err != nil {
-			if badAt < 0 {
-				badAt, badLine, badWhy = off, n, why+": "+err.Error()
-			}
-			off += end + 1
-			continue
-		}
-		if badAt >= 0 {
-			return 0, fmt.Errorf("%w: %s line %d (byte %d): %s, with good records after it; move the file aside to start with an empty journal",
-				ErrCorrupt, j.path, badLine, badAt, badWhy)
-		}
-		j.index[r.Intent.ID] = entry{id: r.Intent.ID, key: r.Container, seq: r.Seq, state: r.Intent.Status.State, line: line}
-		off += end + 1
-	}
-	if badAt >= 0 {
-		return int64(badAt), nil
-	}
-	return int64(len(data)), nil
-}
-
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func encode(r Record) ([]byte, error) {
@@ -307,24 +234,43 @@ func encode(r Record) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: encoding intent %s: %w", r.Intent.ID, err)
 	}
+	if len(js)+10 > maxLine {
+		return nil, fmt.Errorf("journal: intent %s is %d bytes, more than a record may hold (%d)", r.Intent.ID, len(js), maxLine)
+	}
+	return frame(js), nil
+}
+
+// frame makes a line of js: its CRC-32C in hex, a space, js, a newline.
+func frame(js []byte) []byte {
 	line := make([]byte, 0, 9+len(js)+1)
 	line = fmt.Appendf(line, "%08x ", crc32.Checksum(js, castagnoli))
 	line = append(line, js...)
-	return append(line, '\n'), nil
+	return append(line, '\n')
 }
 
-// decode parses one line, newline included; why says what was wrong.
-func decode(line []byte, r *Record) (why string, err error) {
-	if len(line) < 11 || line[8] != ' ' {
-		return "not a record", errors.New("no checksum")
+// checked returns the JSON of a line, newline included, if its checksum
+// holds; why says what was wrong.
+func checked(line []byte) (js []byte, why string, err error) {
+	if len(line) < 11 || line[8] != ' ' || line[len(line)-1] != '\n' {
+		return nil, "not a record", errors.New("no checksum")
 	}
 	var sum [4]byte
 	if _, err := hex.Decode(sum[:], line[:8]); err != nil {
-		return "bad checksum field", err
+		return nil, "bad checksum field", err
 	}
-	js := line[9 : len(line)-1]
+	js = line[9 : len(line)-1]
 	if got, want := crc32.Checksum(js, castagnoli), uint32(sum[0])<<24|uint32(sum[1])<<16|uint32(sum[2])<<8|uint32(sum[3]); got != want {
-		return "checksum mismatch", fmt.Errorf("crc32c %08x, the line says %08x", got, want)
+		return nil, "checksum mismatch", fmt.Errorf("crc32c %08x, the line says %08x", got, want)
+	}
+	return js, "", nil
+}
+
+// decode parses one record line, newline included; why says what was
+// wrong.
+func decode(line []byte, r *Record) (why string, err error) {
+	js, why, err := checked(line)
+	if err != nil {
+		return why, err
 	}
 	if err := json.Unmarshal(js, r); err != nil {
 		return "bad JSON", err
@@ -411,6 +357,14 @@ func (j *Journal) Stats() Stats {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.stats
+}
+
+// Quarantine returns the bad lines Open set aside, and where it kept a
+// copy of the file as it was.
+func (j *Journal) Quarantine() Quarantine {
+	q := j.quarantine
+	q.Lines = slices.Clone(q.Lines)
+	return q
 }
 
 // Close writes what is queued, stops the writer and releases the state
@@ -501,6 +455,12 @@ func (j *Journal) writer() {
 // lines of a batch cut short by ENOSPC were replayed and applied).
 func (j *Journal) write(buf []byte, ents []entry) error {
 	before := j.size
+	off := before
+	if before == 0 {
+		hdr := headerLine()
+		buf = append(hdr, buf...)
+		off += int64(len(hdr))
+	}
 	n, err := j.f.Write(buf)
 	j.size += int64(n)
 	if err != nil {
@@ -511,6 +471,8 @@ func (j *Journal) write(buf []byte, ents []entry) error {
 		return j.cut(before, fmt.Errorf("journal: sync: %w", err))
 	}
 	for _, e := range ents {
+		e.off, e.n, e.line = off, len(e.line), nil
+		off += int64(e.n)
 		j.index[e.id] = e
 	}
 	return nil
@@ -530,89 +492,4 @@ func (j *Journal) cut(size int64, why error) error {
 	j.size, j.cutTo = size, -1
 	_, _ = j.f.Seek(size, io.SeekStart) // nothing is written after a failure; for tidiness
 	return fmt.Errorf("%w (the batch was cut off)", why)
-}
-
-// compact rewrites the file with what recovery needs (see the package
-// doc). On failure before the rename the old file stays in use.
-func (j *Journal) compact() error {
-	all := make([]entry, 0, len(j.index))
-	for _, e := range j.index {
-		all = append(all, e)
-	}
-	slices.SortFunc(all, func(a, b entry) int { return cmpSeq(a.seq, b.seq) })
-	lastCompleted, forgotten := map[string]uint64{}, map[string]uint64{}
-	for _, e := range all {
-		switch e.state {
-		case intent.Completed:
-			lastCompleted[e.key] = e.seq
-		case Forgotten:
-			forgotten[e.key] = e.seq
-		}
-	}
-	history := 0
-	keep := make([]bool, len(all))
-	for i := len(all) - 1; i >= 0; i-- {
-		e := all[i]
-		switch {
-		case e.state == Forgotten:
-			// Decided below, once the Completed intents kept are known.
-		case lastCompleted[e.key] == e.seq && e.state == intent.Completed && forgotten[e.key] < e.seq,
-			!e.state.Terminal():
-			keep[i] = true
-		case history < j.history:
-			keep[i] = true
-			history++
-		}
-	}
-	// A marker stays while the file keeps a Completed intent of its
-	// container from before it (as history): without it, replay would give
-	// the forgotten container that intent's resources back (issue 15,
-	// finding 4). With none, or a later Completed intent, it is moot.
-	oldestCompleted := map[string]uint64{}
-	for i, e := range all {
-		if keep[i] && e.state == intent.Completed {
-			if s, ok := oldestCompleted[e.key]; !ok || e.seq < s {
-				oldestCompleted[e.key] = e.seq
-			}
-		}
-	}
-	for i, e := range all {
-		if s, ok := oldestCompleted[e.key]; ok && e.state == Forgotten && s < e.seq && lastCompleted[e.key] < e.seq {
-			keep[i] = true
-		}
-	}
-	tmp := filepath.Join(j.dir, tmpName)
-	osf, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		j.base = j.size // try again once the file has doubled
-		return fmt.Errorf("journal: compaction: %w", err)
-	}
-	f := j.wrap(osf)
-	var size int64
-	var buf []byte
-	index := make(map[string]entry, len(all))
-	for i, e := range all {
-		if keep[i] {
-			buf = append(buf, e.line...)
-			index[e.id] = e
-		}
-	}
-	n, err := f.Write(buf)
-	size = int64(n)
-	if err == nil {
-		err = f.Datasync()
-	}
-	if err == nil {
-		err = os.Rename(tmp, j.path)
-	}
-	if err != nil {
-		f.Close()
-		os.Remove(tmp)
-		j.base = j.size
-		return fmt.Errorf("journal: compaction: %w", err)
-	}
-	// Renamed: the new file is the journal, whatever happens next.
-	j.f.Close()
-	j.f, j.size, j.base, j.index = f, size, size, index
-	return syncDir(j.dir)
 }

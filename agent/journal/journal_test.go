@@ -127,18 +127,25 @@ func TestTornTailGarbage(t *testing.T) {
 		t.Errorf("replayed %q", got)
 	}
 	st, _ := os.Stat(p)
-	if line, _ := encode(rec(1, "a", "c1", intent.Proposed)); st.Size() != int64(len(line)) {
+	if line, _ := encode(rec(1, "a", "c1", intent.Proposed)); st.Size() != int64(len(headerLine())+len(line)) {
 		t.Errorf("file is %d bytes after cutting the tail, want %d", st.Size(), len(line))
 	}
 }
 
-func TestCorruptionIsAnError(t *testing.T) {
-	for name, mangle := range map[string]func([]byte) []byte{
-		"bit flip":    func(b []byte) []byte { b[len(b)/2] ^= 0x20; return b },
-		"lost byte":   func(b []byte) []byte { i := len(b) / 2; return append(b[:i:i], b[i+1:]...) },
-		"not a line":  func(b []byte) []byte { return append([]byte("hello\n"), b...) },
-		"bad json":    func(b []byte) []byte { return append([]byte("00000000 {}\n"), b...) },
-		"cut in half": func(b []byte) []byte { i := bytes.IndexByte(b, '\n') / 2; return append(b[:i:i], b[i+30:]...) },
+// TestCorruptLineQuarantined (issue 15, finding 9): a bad line with good
+// lines after it no longer stops Open (on a DaemonSet, a crash loop until
+// someone edits the file): the file as it was is kept aside, the bad line
+// is counted and dropped, and everything else is replayed.
+func TestCorruptLineQuarantined(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mangle func([]byte) []byte
+		want   string
+	}{
+		"bit flip":    {func(b []byte) []byte { b[len(b)/2] ^= 0x20; return b }, "1:a:Proposed 3:c:Proposed "},
+		"lost byte":   {func(b []byte) []byte { i := len(b) / 2; return append(b[:i:i], b[i+1:]...) }, "1:a:Proposed 3:c:Proposed "},
+		"not a line":  {func(b []byte) []byte { return append([]byte("hello\n"), b...) }, "1:a:Proposed 2:b:Proposed 3:c:Proposed "},
+		"bad json":    {func(b []byte) []byte { return append([]byte("00000000 {}\n"), b...) }, "1:a:Proposed 2:b:Proposed 3:c:Proposed "},
+		"cut in half": {func(b []byte) []byte { i := bytes.IndexByte(b, '\n') / 2; return append(b[:i:i], b[i+30:]...) }, "2:b:Proposed 3:c:Proposed "},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -147,21 +154,75 @@ func TestCorruptionIsAnError(t *testing.T) {
 			j.Close()
 			p := filepath.Join(dir, FileName)
 			data, _ := os.ReadFile(p)
-			os.WriteFile(p, mangle(data), 0o600)
+			os.WriteFile(p, tc.mangle(data), 0o600)
 			before, _ := os.ReadFile(p)
-			_, err := Open(dir)
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("Open = %v, want ErrCorrupt", err)
+			j, err := Open(dir)
+			if err != nil {
+				t.Fatalf("Open = %v, want the bad line set aside", err)
 			}
-			t.Log(err)
-			if after, _ := os.ReadFile(p); !bytes.Equal(before, after) {
-				t.Error("Open changed a corrupt file")
+			if got := states(j.Records()); got != tc.want {
+				t.Errorf("replayed %q, want %q", got, tc.want)
 			}
-			// The lock was released: the directory is usable once fixed.
-			os.Remove(p)
-			open(t, dir).Close()
+			q := j.Quarantine()
+			t.Logf("%+v", q)
+			if st := j.Stats(); st.Quarantined != 1 || len(q.Lines) != 1 || st.Quarantined != len(q.Lines) {
+				t.Errorf("stats %+v, quarantine %+v: want one bad line", st, q)
+			}
+			if len(q.Lines) > 0 && (q.Lines[0].Offset < 0 || q.Lines[0].Offset >= int64(len(before)) || q.Lines[0].Why == "") {
+				t.Errorf("bad line %+v", q.Lines[0])
+			}
+			if cp, _ := os.ReadFile(q.Copy); !bytes.Equal(cp, before) || filepath.Dir(q.Copy) != dir {
+				t.Errorf("the copy aside %s is not the file as it was", q.Copy)
+			}
+			mustAppend(t, j, rec(4, "d", "c1", intent.Proposed))
+			j.Close()
+			// The bad line left the file: the next Open finds nothing.
+			j = open(t, dir)
+			defer j.Close()
+			if got := states(j.Records()); got != tc.want+"4:d:Proposed " {
+				t.Errorf("replayed %q after the restart", got)
+			}
+			if st := j.Stats(); st.Quarantined != 0 {
+				t.Errorf("the next Open set %d lines aside again", st.Quarantined)
+			}
 		})
 	}
+}
+
+// TestVersion: a file says its format version in a header line; a file
+// without one (written before) opens as version 1; one of a newer version
+// is refused and left as it is.
+func TestVersion(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir)
+	mustAppend(t, j, rec(1, "a", "c1", intent.Proposed))
+	j.Close()
+	p := filepath.Join(dir, FileName)
+	data, _ := os.ReadFile(p)
+	hdr := headerLine()
+	if !bytes.HasPrefix(data, hdr) || !bytes.Contains(hdr, []byte(`"version":1`)) {
+		t.Fatalf("file does not begin with the header %q: %q", hdr, data)
+	}
+	// Written before the header: the same records without it.
+	os.WriteFile(p, data[len(hdr):], 0o600)
+	j = open(t, dir)
+	if got := states(j.Records()); got != "1:a:Proposed " {
+		t.Errorf("headerless file replayed %q", got)
+	}
+	j.Close()
+	// From a newer agent.
+	newer := append(frame([]byte(`{"format":"resize-agent-journal","version":2}`)), "whatever version 2 writes\n"...)
+	os.WriteFile(p, newer, 0o600)
+	_, err := Open(dir)
+	if !errors.Is(err, ErrVersion) {
+		t.Fatalf("Open of a version 2 file = %v, want ErrVersion", err)
+	}
+	t.Log(err)
+	if after, _ := os.ReadFile(p); !bytes.Equal(after, newer) {
+		t.Error("Open changed a file it refused")
+	}
+	os.Remove(p)
+	open(t, dir).Close() // the lock was released
 }
 
 func TestLock(t *testing.T) {
@@ -232,7 +293,9 @@ func TestCompactionKeepsLastCompletedPerContainer(t *testing.T) {
 		mustAppend(t, j, rec(i, fmt.Sprint("f", i), "busy", intent.Failed))
 	}
 	j.Close()
-	j = open(t, dir)
+	// With the history it was written with: replay keeps what compaction
+	// would, whatever the last compaction's place in the file.
+	j = open(t, dir, WithHistory(1))
 	defer j.Close()
 	if got := states(j.Records()); got != "1:old:Completed 39:f39:Failed " {
 		t.Errorf("replayed %q", got)

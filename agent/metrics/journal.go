@@ -18,6 +18,9 @@ type JournalStats struct {
 	Broken bool
 	// Syncs and Records count the batches synced and the records in them.
 	Syncs, Records uint64
+	// Quarantined counts the bad lines set aside when the journal was
+	// opened (a copy of the file is kept beside it).
+	Quarantined int
 }
 
 // JournalSyncBuckets span an fdatasync on tmpfs or a fast SSD (tens of
@@ -59,6 +62,8 @@ var (
 		"Batches of records written and synced to the journal.", nil, nil)
 	journalRecords = prometheus.NewDesc(namespace+"_journal_records_total",
 		"Records written to the journal; divided by syncs, how many shared one fdatasync.", nil, nil)
+	journalQuarantined = prometheus.NewDesc(namespace+"_journal_quarantined_lines_total",
+		"Bad lines (a checksum that does not hold) set aside when the journal was opened; the file as it was is kept beside it, and the records in those lines are lost.", nil, nil)
 )
 
 // journalCollector reads the figures at scrape time rather than keeping
@@ -67,7 +72,7 @@ var (
 type journalCollector struct{ stats func() JournalStats }
 
 func (c *journalCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{journalSize, journalIntents, journalCompactions, journalCompactionFailed, journalBroken, journalSyncs, journalRecords} {
+	for _, d := range []*prometheus.Desc{journalSize, journalIntents, journalCompactions, journalCompactionFailed, journalBroken, journalSyncs, journalRecords, journalQuarantined} {
 		ch <- d
 	}
 }
@@ -87,4 +92,5 @@ func (c *journalCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(journalBroken, prometheus.GaugeValue, b(s.Broken))
 	ch <- prometheus.MustNewConstMetric(journalSyncs, prometheus.CounterValue, float64(s.Syncs))
 	ch <- prometheus.MustNewConstMetric(journalRecords, prometheus.CounterValue, float64(s.Records))
+	ch <- prometheus.MustNewConstMetric(journalQuarantined, prometheus.CounterValue, float64(s.Quarantined))
 }

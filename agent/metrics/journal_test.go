@@ -11,7 +11,7 @@ import (
 )
 
 func TestJournalCollector(t *testing.T) {
-	st := metrics.JournalStats{SizeBytes: 4096, Intents: 12, Compactions: 3, Syncs: 40, Records: 90}
+	st := metrics.JournalStats{SizeBytes: 4096, Intents: 12, Compactions: 3, Syncs: 40, Records: 90, Quarantined: 1}
 	reg := prometheus.NewPedanticRegistry()
 	metrics.RegisterJournal(reg, func() metrics.JournalStats { return st })
 	want := `
@@ -27,6 +27,9 @@ resize_agent_journal_compactions_total 3
 # HELP resize_agent_journal_intents Intents the journal holds (live ones, each container's last completed one and the history).
 # TYPE resize_agent_journal_intents gauge
 resize_agent_journal_intents 12
+# HELP resize_agent_journal_quarantined_lines_total Bad lines (a checksum that does not hold) set aside when the journal was opened; the file as it was is kept beside it, and the records in those lines are lost.
+# TYPE resize_agent_journal_quarantined_lines_total counter
+resize_agent_journal_quarantined_lines_total 1
 # HELP resize_agent_journal_records_total Records written to the journal; divided by syncs, how many shared one fdatasync.
 # TYPE resize_agent_journal_records_total counter
 resize_agent_journal_records_total 90

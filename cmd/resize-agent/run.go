@@ -91,10 +91,17 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("state-dir: %w", err)
 		}
+		if q := j.Quarantine(); len(q.Lines) > 0 {
+			for _, b := range q.Lines {
+				log.Error("journal: bad line set aside; its record is lost", "offset", b.Offset, "line", b.Line, "why", b.Why)
+			}
+			log.Error("journal: started without its bad lines; the file as it was is kept aside", "lines", len(q.Lines), "copy", q.Copy)
+		}
 		metrics.RegisterJournal(reg, func() metrics.JournalStats {
 			st := j.Stats()
 			return metrics.JournalStats{SizeBytes: st.Size, Intents: st.Intents, Compactions: st.Compactions,
-				CompactionFailed: st.CompactErr != nil, Broken: st.Err != nil, Syncs: st.Syncs, Records: st.Records}
+				CompactionFailed: st.CompactErr != nil, Broken: st.Err != nil, Syncs: st.Syncs, Records: st.Records,
+				Quarantined: st.Quarantined}
 		})
 		// After a.Close below, so that the agent's last records are written.
 		defer func() {
