@@ -2,6 +2,7 @@ package crash_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -59,8 +60,9 @@ type harness struct {
 	paths  []string
 	c      *api.Client
 
-	mu    sync.Mutex
-	acked map[string]bool // every intent the API acknowledged
+	mu      sync.Mutex
+	acked   map[string]bool // every intent the API acknowledged
+	refused map[string]bool // every intent it refused (503: the journal failed)
 }
 
 type daemon struct {
@@ -177,6 +179,12 @@ func (h *harness) submit(cycle int, rng *rand.Rand, stop <-chan struct{}) *sync.
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				it, _, err := h.c.Submit(ctx, s)
 				cancel()
+				if se := (*api.StatusError)(nil); errors.As(err, &se) && se.Body.Reason == "JournalUnavailable" {
+					h.mu.Lock()
+					h.refused[s.ID] = true
+					h.mu.Unlock()
+					continue
+				}
 				if err != nil {
 					return // the daemon was killed
 				}
@@ -228,6 +236,17 @@ func (h *harness) verify(cycle int) (states map[intent.State]int, reapplied int)
 		}
 		if len(missing) > 0 {
 			t.Fatalf("cycle %d: %d acknowledged intent(s) lost: %v", cycle, len(missing), missing)
+		}
+		h.mu.Lock()
+		var applied []string
+		for _, it := range all {
+			if h.refused[it.ID] {
+				applied = append(applied, it.ID+"="+string(it.Status.State))
+			}
+		}
+		h.mu.Unlock()
+		if len(applied) > 0 {
+			t.Fatalf("cycle %d: %d intent(s) refused with 503 came back after the restart: %v", cycle, len(applied), applied)
 		}
 		if len(stuck) == 0 {
 			break
@@ -331,19 +350,45 @@ func seedJournal(t *testing.T, stateDir string) {
 	}
 }
 
+// fill leaves only leave bytes free on the file system of dir, with a
+// file of zeros at path (tmpfs counts the pages written, not the size).
+func fill(t *testing.T, dir, path string, leave int64) {
+	t.Helper()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	n := int64(st.Bavail)*st.Bsize - leave
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zeros := make([]byte, 1<<20)
+	for n > 0 {
+		w, err := f.Write(zeros[:min(n, int64(len(zeros)))])
+		n -= int64(w)
+		if err != nil {
+			break // full already
+		}
+	}
+}
+
 // TestKillNineLosesNothing is the crash test (see the package doc).
 func TestKillNineLosesNothing(t *testing.T) {
 	mnt, base := cgrouptest.Real(t)
 	bin := daemonBinary(t)
 	dir := t.TempDir()
-	h := &harness{t: t, bin: bin, mnt: mnt, dir: dir, socket: filepath.Join(dir, "agent.sock"), acked: map[string]bool{}}
+	h := &harness{t: t, bin: bin, mnt: mnt, dir: dir, socket: filepath.Join(dir, "agent.sock"), acked: map[string]bool{}, refused: map[string]bool{}}
 	h.c = api.NewClient(h.socket)
 	for i := range containers {
 		p := cgrouptest.Child(t, mnt, base, fmt.Sprint("w", i))
 		cgrouptest.StartBusy(t, mnt, p)
 		h.paths = append(h.paths, p)
 	}
-	// 25 cycles take about 75 s in the TCG VM when the host is quiet.
+	// 25 cycles take about 75 s in the TCG VM when the host is quiet, 6
+	// min on a loaded one (each restart then takes ~9 s to serve); the
+	// issue's target of 100 is CRASH_CYCLES=100.
 	cycles := 25
 	if v, err := strconv.Atoi(os.Getenv("CRASH_CYCLES")); err == nil && v > 0 {
 		cycles = v
@@ -358,6 +403,15 @@ func TestKillNineLosesNothing(t *testing.T) {
 	total := map[intent.State]int{}
 	stateDir := filepath.Join(dir, "state")
 	jpath := filepath.Join(stateDir, journal.FileName)
+	// A small file system of its own, to fill up.
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", stateDir, "tmpfs", 0, "size=16m,mode=0700"); err != nil {
+		t.Fatalf("a tmpfs for the state directory (to fill it up): %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(stateDir, syscall.MNT_DETACH) })
+	filler := filepath.Join(stateDir, "filler")
 	seedJournal(t, stateDir)
 	inode := func() uint64 {
 		var st syscall.Stat_t
@@ -366,10 +420,19 @@ func TestKillNineLosesNothing(t *testing.T) {
 		}
 		return st.Ino
 	}
-	var compactions, midCompaction int
+	var compactions, midCompaction, fullCycles, fullRestarts int
 	d := h.start(0)
 	ino := inode()
 	for cycle := 1; cycle <= cycles; cycle++ {
+		// One cycle in four runs out of disk: the journal fails in the
+		// middle of a batch (0 to 2 pages were left), the submissions
+		// after are refused, and half of these restarts find the disk
+		// still full.
+		full := rng.IntN(4) == 0
+		if full {
+			fullCycles++
+			fill(t, stateDir, filler, int64(rng.IntN(3))*4096)
+		}
 		stop := make(chan struct{})
 		wg := h.submit(cycle, rng, stop)
 		time.Sleep(time.Duration(rng.Int64N(int64(maxKillAt))))
@@ -385,6 +448,13 @@ func TestKillNineLosesNothing(t *testing.T) {
 		if _, err := os.Stat(jpath + ".tmp"); err == nil {
 			midCompaction++
 		}
+		stillFull := full && rng.IntN(2) == 0
+		if full && !stillFull {
+			os.Remove(filler)
+		}
+		if stillFull {
+			fullRestarts++
+		}
 
 		d = h.start(cycle)
 		requeued, took := d.recovery(t)
@@ -393,6 +463,7 @@ func TestKillNineLosesNothing(t *testing.T) {
 		}
 		readies, replays = append(readies, d.ready), append(replays, took)
 		states, reapplied := h.verify(cycle)
+		os.Remove(filler)
 		reappliedTotal = reapplied
 		total = states
 		ran++
@@ -420,6 +491,8 @@ func TestKillNineLosesNothing(t *testing.T) {
 	t.Logf("%d cycles in %v: %d kills with intents in flight (not terminal in the journal), %d acknowledged intents, %d applied again after a kill; final %v",
 		ran, time.Since(begin).Round(time.Millisecond), inFlight, len(h.acked), reappliedTotal, total)
 	t.Logf("%d compactions seen, %d kills during one", compactions, midCompaction)
+	t.Logf("%d cycles ran out of disk (%d restarts on a full disk): %d intents refused with 503, none of them applied after a restart",
+		fullCycles, fullRestarts, len(h.refused))
 	t.Logf("recovery: replay median %v max %v; exec to serving median %v max %v; journal %d bytes",
 		replays[len(replays)/2], replays[len(replays)-1], readies[len(readies)/2].Round(time.Millisecond), readies[len(readies)-1].Round(time.Millisecond), size)
 	if inFlight == 0 {

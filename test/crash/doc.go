@@ -4,7 +4,10 @@
 // SIGKILL at random moments (often with applies in flight), restarts it on
 // the same state directory, and checks that every intent the API
 // acknowledged is still there and ends in a terminal state, and that every
-// cgroup holds what its last Completed intent gave it.
+// cgroup holds what its last Completed intent gave it. The state directory
+// is a small tmpfs that one cycle in four fills up (in the middle of a
+// batch, and for half of those over the restart too): no intent refused
+// with 503 may come back after a restart.
 //
 // It runs in the VM harness (VM_TEST_PKGS="./test/crash"
 // test/run-vm-tests.sh), which puts the daemon in PATH and sets
