@@ -189,6 +189,31 @@ func TestCorruptLineQuarantined(t *testing.T) {
 	}
 }
 
+// TestQuarantineKeepsFewCopies: the copies set aside are bounded, the
+// oldest removed first.
+func TestQuarantineKeepsFewCopies(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, FileName)
+	for i := range 5 {
+		j := open(t, dir)
+		mustAppend(t, j, rec(uint64(3*i+1), fmt.Sprint("a", i), "c1", intent.Proposed), rec(uint64(3*i+2), fmt.Sprint("b", i), "c1", intent.Proposed),
+			rec(uint64(3*i+3), fmt.Sprint("c", i), "c1", intent.Proposed))
+		j.Close()
+		data, _ := os.ReadFile(p)
+		data[bytes.Index(data, []byte(fmt.Sprint(`"b`, i)))+1] ^= 1
+		os.WriteFile(p, data, 0o600)
+		j = open(t, dir)
+		if q := j.Quarantine(); len(q.Lines) != 1 {
+			t.Fatalf("round %d: %+v", i, q)
+		}
+		j.Close()
+	}
+	copies, _ := filepath.Glob(p + CorruptSuffix + "*")
+	if len(copies) != keepCopies {
+		t.Errorf("%d copies kept aside, want %d: %v", len(copies), keepCopies, copies)
+	}
+}
+
 // TestVersion: a file says its format version in a header line; a file
 // without one (written before) opens as version 1; one of a newer version
 // is refused and left as it is.

@@ -300,8 +300,18 @@ func (j *Journal) decode(r io.ReaderAt) []Bad {
 	return bad
 }
 
+// keepCopies bounds the copies set aside, so that a disk that keeps
+// flipping bits does not fill up with them: the oldest go first.
+const keepCopies = 3
+
 // copyAside keeps a copy of the file, as it was, beside it.
 func (j *Journal) copyAside(r io.ReaderAt, size int64) (string, error) {
+	if old, err := filepath.Glob(j.path + CorruptSuffix + "*"); err == nil && len(old) >= keepCopies {
+		slices.Sort(old) // the names end in a UTC time
+		for _, p := range old[:len(old)-keepCopies+1] {
+			os.Remove(p)
+		}
+	}
 	p := j.path + CorruptSuffix + time.Now().UTC().Format("20060102T150405.000000000Z")
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
