@@ -467,8 +467,18 @@ func TestKillNineLosesNothing(t *testing.T) {
 		reappliedTotal = reapplied
 		total = states
 		ran++
-		t.Logf("cycle %2d: %4d acknowledged so far, %2d not terminal at the kill, replay %v, serving %v after exec; %v",
-			cycle, len(h.acked), requeued, took, d.ready.Round(time.Millisecond), states)
+		disk := ""
+		switch {
+		case stillFull:
+			disk = ", disk full over the restart"
+		case full:
+			disk = ", disk full"
+		}
+		h.mu.Lock()
+		refused := len(h.refused)
+		h.mu.Unlock()
+		t.Logf("cycle %2d: %4d acknowledged so far, %3d refused, %2d not terminal at the kill, replay %v, serving %v after exec; %v%s",
+			cycle, len(h.acked), refused, requeued, took, d.ready.Round(time.Millisecond), states, disk)
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.log())
 			return
