@@ -41,8 +41,9 @@
 //
 // Why not go.etcd.io/bbolt (issue 15 weighed it): its data pages carry no
 // checksum, so a flipped bit is read as data or panics the reader, the
-// crash loop this package now avoids; a commit costs two fdatasyncs (pages,
-// then meta page) against one; the agent's ordered, non-waiting Append
+// crash loop this package now avoids; a commit costs two fdatasyncs
+// against one (etcd-io/bbolt tx.go: Commit syncs after tx.write, the
+// pages, and again after tx.writeMeta); the agent's ordered, non-waiting Append
 // would still need this writer in front of it; and old files would need a
 // migration. The defects found were in the failure, compaction and replay
 // paths of this file, each fixable in place with the format kept.
