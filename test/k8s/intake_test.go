@@ -485,14 +485,14 @@ func checkRBAC(t *testing.T, cp *ControlPlane) {
 	}
 	forbidden := map[string]func() error{
 		"get secrets": func() error { _, err := agent.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); return err },
-		"get nodes":   func() error { _, err := agent.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); return err },
+		"list nodes":  func() error { _, err := agent.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err },
 		"delete pods": func() error { return agent.CoreV1().Pods(ns).Delete(ctx, "x", metav1.DeleteOptions{}) },
 		"patch pods": func() error {
 			_, err := agent.CoreV1().Pods(ns).Patch(ctx, "x", types.MergePatchType, []byte(`{}`), metav1.PatchOptions{})
 			return err
 		},
-		"resize pods": func() error {
-			_, err := agent.CoreV1().Pods(ns).Patch(ctx, "x", types.MergePatchType, []byte(`{}`), metav1.PatchOptions{}, "resize")
+		"update pods/resize": func() error {
+			_, err := agent.CoreV1().Pods(ns).UpdateResize(ctx, "x", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.UpdateOptions{})
 			return err
 		},
 		"delete events": func() error { return agent.CoreV1().Events(ns).Delete(ctx, "x", metav1.DeleteOptions{}) },

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -115,6 +116,10 @@ func createObject(t testing.TB, c kubernetes.Interface, obj k8sruntime.Object) {
 		_, err = c.RbacV1().ClusterRoles().Create(ctx, v, o)
 	case *rbacv1.ClusterRoleBinding:
 		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, v, o)
+	case *admissionv1.ValidatingAdmissionPolicy:
+		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, v, o)
+	case *admissionv1.ValidatingAdmissionPolicyBinding:
+		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, v, o)
 	default:
 		t.Fatalf("createObject: %T", obj)
 	}
@@ -455,10 +460,30 @@ func checkDeployment(t *testing.T, objs []k8sruntime.Object, flags map[string]st
 	}
 	got, _ := json.Marshal(cr.Rules)
 	want := `[{"verbs":["get","list","watch"],"apiGroups":[""],"resources":["pods"]},` +
+		`{"verbs":["get"],"apiGroups":[""],"resources":["nodes"]},` +
+		`{"verbs":["patch"],"apiGroups":[""],"resources":["pods/resize"]},` +
 		`{"verbs":["patch"],"apiGroups":[""],"resources":["pods/status"]},` +
 		`{"verbs":["create","patch"],"apiGroups":[""],"resources":["events"]}]`
 	if string(got) != want {
 		t.Errorf("ClusterRole rules\n%s\nwant\n%s", got, want)
+	}
+	// Node scoping: the policy is bound, denies, and matches the service
+	// account the pods run as; its own condition type is the agent's.
+	vap := find[*admissionv1.ValidatingAdmissionPolicy](t, objs)
+	vapb := find[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs)
+	if vapb.Spec.PolicyName != vap.Name || !slices.Equal(vapb.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) ||
+		vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionv1.Fail {
+		t.Errorf("policy %s, binding %+v, failure policy %v", vap.Name, vapb.Spec, vap.Spec.FailurePolicy)
+	}
+	if len(vap.Spec.MatchConditions) != 1 || vap.Spec.MatchConditions[0].Expression != "request.userInfo.username == '"+AgentUser+"'" {
+		t.Errorf("the policy does not match the agent's service account %s: %+v", AgentUser, vap.Spec.MatchConditions)
+	}
+	var own bool
+	for _, v := range vap.Spec.Variables {
+		own = own || (v.Name == "ownCondition" && v.Expression == "'"+kube.ConditionType+"'")
+	}
+	if !own {
+		t.Errorf("the policy's ownCondition is not agent/kube's ConditionType %q", kube.ConditionType)
 	}
 	ns := find[*corev1.Namespace](t, objs)
 	if ns.Name != ds.Namespace || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
