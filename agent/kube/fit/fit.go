@@ -296,19 +296,19 @@ func qos(p *corev1.Pod) corev1.PodQOSClass {
 	if p.Status.QOSClass != "" {
 		return p.Status.QOSClass
 	}
-	guaranteed, any := true, false
+	guaranteed, set := true, false
 	for _, c := range slices.Concat(p.Spec.InitContainers, p.Spec.Containers) {
 		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 			l, hasLimit := c.Resources.Limits[r]
 			q, hasReq := c.Resources.Requests[r]
-			any = any || hasLimit || hasReq
+			set = set || hasLimit || hasReq
 			if !hasLimit || (hasReq && !q.Equal(l)) {
 				guaranteed = false
 			}
 		}
 	}
 	switch {
-	case !any:
+	case !set:
 		return corev1.PodQOSBestEffort
 	case guaranteed:
 		return corev1.PodQOSGuaranteed

@@ -302,6 +302,14 @@ func TestPredict(t *testing.T) {
 			guaranteedTo("1", "2Gi"), infeasibleMsg(`Resize is infeasible for Guaranteed Pods alongside Memory Manager policy "Static"`)},
 		{"1.33: guaranteed, static CPU manager", fit.Kubelet{Minor: 33, CPUManagerPolicy: "static"}, kubeletAlloc, nil,
 			guaranteedTo("2", "1Gi"), infeasibleMsg("Resize is infeasible for Guaranteed Pods alongside CPU Manager static policy")},
+		{"guaranteed without status.qosClass, static CPU manager", fit.Kubelet{CPUManagerPolicy: "static"}, kubeletAlloc, nil,
+			with(guaranteedTo("2", "1Gi"), func(p *corev1.Pod) { p.Status.QOSClass = "" }),
+			infeasibleMsg(`Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"`)},
+		{"burstable without status.qosClass, static CPU manager", fit.Kubelet{CPUManagerPolicy: "static"}, kubeletAlloc, nil,
+			with(guaranteedTo("2", "1Gi"), func(p *corev1.Pod) {
+				p.Status.QOSClass = ""
+				p.Spec.Containers[0].Resources.Limits = rl("cpu", "3", "memory", "1Gi")
+			}), fitOK},
 		{"burstable, static CPU manager", fit.Kubelet{CPUManagerPolicy: "static"}, kubeletAlloc, kubeletPods,
 			resize(testPod1, "c1", rl("cpu", "1500m", "memory", "1Gi")), fitOK},
 	}
