@@ -115,6 +115,11 @@ func Predict(k Kubelet, node Node, desired *corev1.Pod) (Prediction, error) {
 	if err := validate(node, desired); err != nil {
 		return Prediction{}, err
 	}
+	// handlePodResourcesResize: a spec equal to the allocation is no
+	// resize; the kubelet clears PodResizePending and admits nothing.
+	if unchanged(minor, desired) {
+		return Prediction{Verdict: Fit}, nil
+	}
 	if minor >= 36 && !k.ValidatorOff {
 		if p, refused := validatorRefuses(desired, node.Allocatable); refused {
 			return p, nil
@@ -255,6 +260,58 @@ func requestChanges(minor int, desired *corev1.Pod, r corev1.ResourceName) bool 
 		}
 	}
 	return slices.ContainsFunc(desired.Spec.Containers, changes)
+}
+
+// unchanged: every resizable container's requests equal its
+// allocatedResources and its limits the limits in status.resources (the
+// kubelet's checkpoint holds both; the API shows the allocated requests and
+// the actuated limits), and, from 1.36, the pod-level requests equal
+// status.allocatedResources. Where the status does not tell, the resize is
+// taken to change something.
+func unchanged(minor int, desired *corev1.Pod) bool {
+	same := func(c corev1.Container) bool {
+		st := status(desired, c.Name)
+		if st == nil || st.AllocatedResources == nil {
+			return false
+		}
+		var limits corev1.ResourceList
+		if st.Resources != nil {
+			limits = st.Resources.Limits
+		} else if len(c.Resources.Limits) > 0 {
+			return false
+		}
+		return equal(c.Resources.Requests, st.AllocatedResources) && equal(c.Resources.Limits, limits)
+	}
+	for _, c := range desired.Spec.InitContainers {
+		if (minor >= 36 || restartable(c)) && !same(c) {
+			return false
+		}
+	}
+	for _, c := range desired.Spec.Containers {
+		if !same(c) {
+			return false
+		}
+	}
+	if minor >= 36 && resourcehelper.IsPodLevelRequestsSet(desired) {
+		for r, q := range desired.Spec.Resources.Requests {
+			if a, ok := desired.Status.AllocatedResources[r]; resourcehelper.IsSupportedPodLevelResource(r) && (!ok || !q.Equal(a)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func equal(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for r, q := range a {
+		if o, ok := b[r]; !ok || !q.Equal(o) {
+			return false
+		}
+	}
+	return true
 }
 
 // aboveAllocatable is canResizePod's capacity rule, 1.33-1.35: requests

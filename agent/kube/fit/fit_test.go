@@ -292,6 +292,14 @@ func TestPredict(t *testing.T) {
 		{"pods: the node is full", v37, allocatable("4", "8Gi", "3"), []*corev1.Pod{small, shrinking, deferredOther},
 			resize(pod("resized", ctr{name: "app", req: rl("cpu", "100m")}), "app", rl("cpu", "200m")), deferred("pods", 1, 3, 3)},
 
+		// handlePodResourcesResize: desired == allocated is no resize, even
+		// on a node with no room; a limit changed is one.
+		{"the spec equals the allocation: nothing to admit", v37, allocatable("4", "8Gi", "1"), []*corev1.Pod{small},
+			resize(testPod1, "c1", rl("cpu", "1", "memory", "1Gi")), fitOK},
+		{"a deferred resize taken back to the allocation", v37, allocatable("4", "8Gi", "110"), []*corev1.Pod{small, shrinking},
+			with(deferredOther, func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Requests = rl("cpu", "1") }), fitOK},
+		{"a limit changed is a resize", v37, allocatable("4", "8Gi", "1"), []*corev1.Pod{small},
+			with(testPod1, func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Limits = rl("cpu", "2") }), deferred("pods", 1, 1, 1)},
 		// handlers.go: Guaranteed pods with the static managers
 		// (allocation_manager_test.go "Infeasible due to static cpu policy").
 		{"guaranteed, static CPU manager, cpu resize", fit.Kubelet{CPUManagerPolicy: "static"}, kubeletAlloc, nil,
