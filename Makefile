@@ -7,7 +7,7 @@ BIN := bin
 CMDS := resize-agent resizectl
 VM_PAYLOAD := $(BIN)/vm-payload
 
-.PHONY: all build test test-unit test-vm test-k8s test-monitoring demo vet clean generate check-generate fuzz
+.PHONY: all build test test-unit test-vm test-k8s test-kubelet-fit test-monitoring demo vet clean generate check-generate fuzz
 
 all: build
 
@@ -40,6 +40,10 @@ test-vm:
 # etcd (built from the Go module proxy, cached), and the manifests.
 test-k8s:
 	test/k8s/run.sh
+
+# agent/kube/fit against kubelet 1.37.2's own resize admission.
+test-kubelet-fit:
+	test/kubeletfit/run.sh
 
 # Fuzzing: go test -fuzz takes one package and one target per run. Each
 # target runs for a number of executions, not a duration: with a duration,
