@@ -25,6 +25,9 @@ fi
 mkdir -p "$RESIZE_AGENT_K8S_CACHE"
 test/k8s/build.sh
 echo "k8s: control plane binaries ready in $((SECONDS - start)) s" >&2
+# helm v4 for the chart's tests (lint, and its output against deploy/base).
+RESIZE_AGENT_HELM=$(test/tools.sh helm)
+export RESIZE_AGENT_HELM RESIZE_AGENT_REQUIRE_HELM=1
 
 # Bounded: the whole package in well under 5 minutes once built.
 status=0
