@@ -37,7 +37,9 @@ func helmBinary(t *testing.T) string {
 	return ""
 }
 
-func chartDir(t *testing.T) string { return filepath.Join(repoRoot(t), "deploy", "helm", "resize-agent") }
+func chartDir(t *testing.T) string {
+	return filepath.Join(repoRoot(t), "deploy", "helm", "resize-agent")
+}
 
 func helm(t *testing.T, args ...string) []byte {
 	t.Helper()
