@@ -102,15 +102,13 @@ func measure(tb testing.TB, pairs, rounds int) sample {
 //
 //	ns/event       CPU time (this process, getrusage) added per context
 //	               switch of the workload, over all rounds; each switch
-//	               also means about one wakeup, so it covers a
-//	               sched_switch and a sched_wakeup program run (the log
-//	               line has the per-round values and their median)
+//	               covers one sched_switch program run (the log line
+//	               has the per-round values and their median)
 //	wall-ns/event  the same from wall-clock time x NumCPU
 //	cpu%-base, cpu%-bpf  the workload's CPU share of the machine
 //	ctxsw/s-base, ctxsw/s-bpf  context switches per second
-//	switch-prog-ns/run, wakeup-prog-ns/run  the programs' own run time
-//	               per invocation, from the kernel's BPF statistics
-//	               (BPF_ENABLE_STATS) in a separate last phase
+//
+// The programs' own run time per invocation is BenchmarkProgramCost's.
 //
 // b.N is the number of round trips per pair and phase:
 //
@@ -164,30 +162,6 @@ func BenchmarkSchedOverhead(b *testing.B) {
 	}
 	b.StopTimer()
 
-	// Once more with the kernel's BPF run-time statistics on (they cost
-	// two clock reads per program run, so this phase is not in the
-	// numbers above): the programs' own run time per invocation.
-	progNs := map[string]float64{}
-	if st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {
-		b.Logf("BPF run-time statistics not available: %v", err)
-	} else {
-		tr, err := Load()
-		if err != nil {
-			b.Fatal(err)
-		}
-		m := measure(b, pairs, b.N)
-		for _, name := range schedPrograms {
-			ps, err := tr.coll.Programs[name].Stats()
-			if err != nil || ps.RunCount == 0 {
-				continue
-			}
-			progNs[name] = float64(ps.Runtime.Nanoseconds()) / float64(ps.RunCount)
-			b.Logf("%s: %d runs (%.2f per workload switch), %.0f ns/run", name, ps.RunCount, float64(ps.RunCount)/float64(m.ctxsw), progNs[name])
-		}
-		_ = tr.Close()
-		_ = st.Close()
-	}
-
 	share := func(s sample) float64 { return 100 * float64(s.cpu) / (float64(s.wall) * ncpu) }
 	rate := func(s sample) float64 { return float64(s.ctxsw) / s.wall.Seconds() }
 	b.ReportMetric(perSwitch(withBPF.cpu, withBPF)-perSwitch(base.cpu, base), "ns/event")
@@ -196,12 +170,6 @@ func BenchmarkSchedOverhead(b *testing.B) {
 	b.ReportMetric(share(withBPF), "cpu%-bpf")
 	b.ReportMetric(rate(base), "ctxsw/s-base")
 	b.ReportMetric(rate(withBPF), "ctxsw/s-bpf")
-	if ns, ok := progNs[pressureProgOnSchedSwitch]; ok {
-		b.ReportMetric(ns, "switch-prog-ns/run")
-	}
-	if ns, ok := progNs[pressureProgOnSchedWakeup]; ok {
-		b.ReportMetric(ns, "wakeup-prog-ns/run")
-	}
 	b.Logf("%d pairs, %d round trips per pair and phase, %d rounds: base %v wall, %v CPU, %d switches (%.0f CPU ns/switch); with BPF %v wall, %v CPU, %d switches (%.0f CPU ns/switch); CPU ns added per switch by round %.0f (median %.0f), wall x NumCPU %.0f (median %.0f)",
 		pairs, b.N, rounds, base.wall, base.cpu, base.ctxsw, perSwitch(base.cpu, base),
 		withBPF.wall, withBPF.cpu, withBPF.ctxsw, perSwitch(withBPF.cpu, withBPF),

@@ -97,8 +97,6 @@ type Tracker struct {
 // Program names in pressure.bpf.c, by hook.
 var (
 	schedPrograms = []string{
-		pressureProgOnSchedWakeup,
-		pressureProgOnSchedWakeupNew,
 		pressureProgOnSchedSwitch,
 	}
 	reclaimPrograms = []string{

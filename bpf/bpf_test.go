@@ -167,8 +167,8 @@ func TestRunqLatencyByCgroup(t *testing.T) {
 		kernel := delay1 - delay0
 		ratio := float64(b.RunqLatency.Sum) / float64(kernel)
 		t.Logf("run-queue wait of the burners: BPF sum %v, kernel schedstat %v (ratio %.3f)", b.RunqLatency.Sum, kernel, ratio)
-		if ratio < 0.5 || ratio > 2 {
-			t.Errorf("BPF sum %v vs kernel run delay %v: ratio %.2f outside [0.5, 2]", b.RunqLatency.Sum, kernel, ratio)
+		if ratio < 0.98 || ratio > 1.02 {
+			t.Errorf("BPF sum %v vs kernel run delay %v: ratio %.3f outside [0.98, 1.02]", b.RunqLatency.Sum, kernel, ratio)
 		}
 	}
 

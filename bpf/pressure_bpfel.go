@@ -27,6 +27,12 @@ type pressureRunqHist struct {
 	SumNs uint64
 }
 
+type pressureRunqSeen struct {
+	_        structs.HostLayout
+	RunDelay uint64
+	Pcount   uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -35,7 +41,7 @@ const (
 	pressureMapOomEvents             = "oom_events"
 	pressureMapReclaimStart          = "reclaim_start"
 	pressureMapRunqLat               = "runq_lat"
-	pressureMapRunqStart             = "runq_start"
+	pressureMapRunqSeen              = "runq_seen"
 	pressureProgOnDirectReclaimBegin = "on_direct_reclaim_begin"
 	pressureProgOnDirectReclaimEnd   = "on_direct_reclaim_end"
 	pressureProgOnMarkVictim         = "on_mark_victim"
@@ -44,8 +50,6 @@ const (
 	pressureProgOnOomKill            = "on_oom_kill"
 	pressureProgOnOomKillChosen      = "on_oom_kill_chosen"
 	pressureProgOnSchedSwitch        = "on_sched_switch"
-	pressureProgOnSchedWakeup        = "on_sched_wakeup"
-	pressureProgOnSchedWakeupNew     = "on_sched_wakeup_new"
 )
 
 // loadPressure returns the embedded CollectionSpec for pressure.
@@ -98,8 +102,6 @@ type pressureProgramSpecs struct {
 	OnOomKill            *ebpf.ProgramSpec `ebpf:"on_oom_kill"`
 	OnOomKillChosen      *ebpf.ProgramSpec `ebpf:"on_oom_kill_chosen"`
 	OnSchedSwitch        *ebpf.ProgramSpec `ebpf:"on_sched_switch"`
-	OnSchedWakeup        *ebpf.ProgramSpec `ebpf:"on_sched_wakeup"`
-	OnSchedWakeupNew     *ebpf.ProgramSpec `ebpf:"on_sched_wakeup_new"`
 }
 
 // pressureMapSpecs contains maps before they are loaded into the kernel.
@@ -110,7 +112,7 @@ type pressureMapSpecs struct {
 	OomEvents    *ebpf.MapSpec `ebpf:"oom_events"`
 	ReclaimStart *ebpf.MapSpec `ebpf:"reclaim_start"`
 	RunqLat      *ebpf.MapSpec `ebpf:"runq_lat"`
-	RunqStart    *ebpf.MapSpec `ebpf:"runq_start"`
+	RunqSeen     *ebpf.MapSpec `ebpf:"runq_seen"`
 }
 
 // pressureVariableSpecs contains global variables before they are loaded into the kernel.
@@ -143,7 +145,7 @@ type pressureMaps struct {
 	OomEvents    *ebpf.Map `ebpf:"oom_events"`
 	ReclaimStart *ebpf.Map `ebpf:"reclaim_start"`
 	RunqLat      *ebpf.Map `ebpf:"runq_lat"`
-	RunqStart    *ebpf.Map `ebpf:"runq_start"`
+	RunqSeen     *ebpf.Map `ebpf:"runq_seen"`
 }
 
 func (m *pressureMaps) Close() error {
@@ -152,7 +154,7 @@ func (m *pressureMaps) Close() error {
 		m.OomEvents,
 		m.ReclaimStart,
 		m.RunqLat,
-		m.RunqStart,
+		m.RunqSeen,
 	)
 }
 
@@ -174,8 +176,6 @@ type pressurePrograms struct {
 	OnOomKill            *ebpf.Program `ebpf:"on_oom_kill"`
 	OnOomKillChosen      *ebpf.Program `ebpf:"on_oom_kill_chosen"`
 	OnSchedSwitch        *ebpf.Program `ebpf:"on_sched_switch"`
-	OnSchedWakeup        *ebpf.Program `ebpf:"on_sched_wakeup"`
-	OnSchedWakeupNew     *ebpf.Program `ebpf:"on_sched_wakeup_new"`
 }
 
 func (p *pressurePrograms) Close() error {
@@ -188,8 +188,6 @@ func (p *pressurePrograms) Close() error {
 		p.OnOomKill,
 		p.OnOomKillChosen,
 		p.OnSchedSwitch,
-		p.OnSchedWakeup,
-		p.OnSchedWakeupNew,
 	)
 }
 
