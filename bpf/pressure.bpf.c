@@ -7,7 +7,7 @@
  *
  *  - run-queue latency: time from a task becoming runnable (wakeup, new
  *    task, or being switched out while still runnable) until it runs, as a
- *    log2 histogram of microseconds per cgroup v2 id (per-CPU hash), taken
+ *    log2 histogram of microseconds per cgroup v2 id (per-CPU array), taken
  *    from the kernel's own per-task accounting (sched_info) in
  *    sched_switch alone;
  *  - reclaim stall: time a task spends in memcg reclaim (and in global
@@ -17,7 +17,7 @@
  *    old, see the end of this file).
  *
  * Nothing is sent to user space per scheduler event: user space reads the
- * hash maps when it wants numbers.
+ * maps when it wants numbers.
  */
 #include "pressure.h"
 #include <bpf/bpf_helpers.h>
@@ -33,9 +33,10 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define RUNQ_SLOTS 26
 
 struct runq_hist {
-	u64 slots[RUNQ_SLOTS];
+	u64 cgroup_id; /* whose counts these are; see runq_hist_get */
 	u64 count;
 	u64 sum_ns;
+	u64 slots[RUNQ_SLOTS];
 };
 
 struct mem_stats {
@@ -55,14 +56,18 @@ struct oom_event {
 
 /*
  * Per task, the kernel's run-queue accounting (task->sched_info) as of the
- * task's last switch-out: what has been counted already. Task-local
- * storage: a lookup is an array index off the task (kernel selftest
- * benchmark, commit 73087489: ~12 ns against 54-207 ns for a hash map),
- * and the kernel frees the entry with the task.
+ * task's last switch-out, i.e. what has been counted already, and the
+ * runq_lat slot of the task's cgroup as resolved last time. Task-local
+ * storage: a lookup is an index off the task (kernel selftest benchmark,
+ * commit 73087489: ~12 ns against 54-207 ns for a hash map), and the
+ * kernel frees the entry with the task.
  */
 struct runq_seen {
 	u64 run_delay;
 	u64 pcount;
+	u64 cgroup_id; /* slot is runq_lat's slot for this cgroup ... */
+	u32 gen;       /* ... as long as runq_gen still holds this */
+	u32 slot;
 };
 
 struct {
@@ -72,16 +77,46 @@ struct {
 	__type(value, struct runq_seen);
 } runq_seen SEC(".maps");
 
-/* cgroup id -> run-queue latency histogram, one per CPU. Entries are
- * allocated on first use (NO_PREALLOC): max_entries * ncpus values would
- * otherwise be allocated up front. */
+/*
+ * Run-queue latency histograms: one slot per cgroup, one copy per CPU. An
+ * array, not a hash keyed by cgroup id: a hash lookup per context switch
+ * cost ~70 ns on the dev host (hashing, bucket, element: cache misses),
+ * an array index off a slot number cached per task ~10. max_entries is
+ * set by the loader (WithMaxCgroups); all of it is allocated up front.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 8192);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, u64);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
 	__type(value, struct runq_hist);
 } runq_lat SEC(".maps");
+
+/* cgroup id -> its slot in runq_lat. Written here when a cgroup is first
+ * seen; user space deletes an entry to forget a cgroup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, u64);
+	__type(value, u32);
+} runq_slots SEC(".maps");
+
+/* Free slots of runq_lat: the loader pushes them all, a new cgroup pops
+ * one, user space pushes a forgotten cgroup's slot back. */
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, 1);
+	__type(value, u32);
+} runq_free SEC(".maps");
+
+/* A generation number that user space bumps after deleting from
+ * runq_slots, so that every task resolves its slot again. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} runq_gen SEC(".maps");
 
 /* tid -> ktime (ns) at reclaim begin. */
 struct {
@@ -127,6 +162,56 @@ static __always_inline u64 log2_u64(u64 v)
 }
 
 /*
+ * The histogram for cgroup cgid on this CPU. The slot cached in seen is
+ * used while the task stays in that cgroup and no cgroup was forgotten
+ * since (runq_gen); otherwise it is looked up in runq_slots, or a free
+ * one is taken from runq_free. A slot's copy on this CPU may still hold a
+ * forgotten cgroup's counts (user space does not clear all CPUs' copies
+ * of a freed slot): they are dropped here, and user space only sums
+ * copies whose cgroup_id is the cgroup asked for.
+ */
+static __always_inline struct runq_hist *runq_hist_get(struct runq_seen *seen, u64 cgid)
+{
+	u32 zero = 0, slot, *gen, *sp;
+	struct runq_hist *h;
+
+	gen = bpf_map_lookup_elem(&runq_gen, &zero);
+	if (!gen)
+		return NULL;
+	if (seen->cgroup_id != cgid || seen->gen != *gen) {
+		u32 g = *gen;
+
+		sp = bpf_map_lookup_elem(&runq_slots, &cgid);
+		if (sp) {
+			slot = *sp;
+		} else {
+			if (bpf_map_pop_elem(&runq_free, &slot))
+				return NULL; /* as many cgroups as slots */
+			if (bpf_map_update_elem(&runq_slots, &cgid, &slot, BPF_NOEXIST)) {
+				/* another CPU was first: use its slot */
+				bpf_map_push_elem(&runq_free, &slot, 0);
+				sp = bpf_map_lookup_elem(&runq_slots, &cgid);
+				if (!sp)
+					return NULL;
+				slot = *sp;
+			}
+		}
+		seen->cgroup_id = cgid;
+		seen->gen = g;
+		seen->slot = slot;
+	}
+	slot = seen->slot;
+	h = bpf_map_lookup_elem(&runq_lat, &slot);
+	if (!h)
+		return NULL;
+	if (h->cgroup_id != cgid) {
+		__builtin_memset(h, 0, sizeof(*h));
+		h->cgroup_id = cgid;
+	}
+	return h;
+}
+
+/*
  * Run-queue latency without a clock read or a start map of our own: the
  * kernel already accounts every task's wait for a CPU in task->sched_info
  * (CONFIG_SCHED_INFO, independent of the schedstats sysctl; it is what
@@ -152,6 +237,9 @@ int on_sched_switch(u64 *ctx)
 	struct runq_seen *seen;
 	struct runq_hist *h;
 	u64 delay, pcount, delta, us, cgid, slot;
+
+	/* (sched_switch never nests on a CPU: no other run can change seen
+	 * or this CPU's histogram under us.) */
 
 	if (prev->pid == 0) /* the idle task: never accounted */
 		return 0;
@@ -180,15 +268,9 @@ int on_sched_switch(u64 *ctx)
 		return 0;
 
 	cgid = task_cgroup_id(prev);
-	h = bpf_map_lookup_elem(&runq_lat, &cgid);
-	if (!h) {
-		struct runq_hist zero = {};
-
-		bpf_map_update_elem(&runq_lat, &cgid, &zero, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&runq_lat, &cgid);
-		if (!h)
-			return 0;
-	}
+	h = runq_hist_get(seen, cgid);
+	if (!h)
+		return 0;
 
 	us = delta / 1000;
 	slot = us ? log2_u64(us) + 1 : 0;
