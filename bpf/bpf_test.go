@@ -390,3 +390,110 @@ func TestErrNotSupported(t *testing.T) {
 		t.Errorf("%v: permission error matches ErrNotSupported", err)
 	}
 }
+
+// Forget of a cgroup that still has tasks frees its histogram slot and the
+// cgroup gets a new one on its next events (counting from zero again);
+// every slot stays either in use by exactly one cgroup or free, never
+// both and never lost.
+func TestForgetFreesSlot(t *testing.T) {
+	requireBPF(t)
+	root := cgroup2Mount(t)
+	busy := newCgroup(t, root, "forget")
+	const slots = 256
+	tr := load(t, WithMaxCgroups(slots))
+	startHelper(t, busy, "burn")
+	startHelper(t, busy, "burn")
+	startHelper(t, busy, "burn")
+
+	waitSamples := func(min uint64) Stats {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			s, err := tr.Stats(busy.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.RunqLatency.Count >= min {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cgroup %d: %d samples after 5 s, want >= %d", busy.id, s.RunqLatency.Count, min)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	before := waitSamples(200)
+	var slot0 uint32
+	if err := tr.runqSlots.Lookup(busy.id, &slot0); err != nil {
+		t.Fatalf("no slot for the busy cgroup: %v", err)
+	}
+	tr.Forget(busy.id)
+	after, err := tr.Stats(busy.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.RunqLatency.Count >= before.RunqLatency.Count {
+		t.Errorf("right after Forget %d samples, before %d: not counting afresh", after.RunqLatency.Count, before.RunqLatency.Count)
+	}
+	after = waitSamples(after.RunqLatency.Count + 1)
+	var slot1 uint32
+	if err := tr.runqSlots.Lookup(busy.id, &slot1); err != nil {
+		t.Fatalf("no new slot after Forget: %v", err)
+	}
+	t.Logf("slot %d with %d samples, after Forget slot %d with %d", slot0, before.RunqLatency.Count, slot1, after.RunqLatency.Count)
+	if slot1 == slot0 {
+		t.Errorf("slot %d reused at once: the queue of free slots is FIFO", slot0)
+	}
+
+	// Detach, then account for every slot.
+	for _, l := range tr.links {
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr.links = nil
+
+	// A CPU's copy of the slot that still holds another (forgotten)
+	// cgroup's counts is not read as this cgroup's.
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies := make([]pressureRunqHist, ncpu)
+	for i := range copies {
+		copies[i].CgroupId, copies[i].Count, copies[i].Slots[0] = busy.id, 5, 5
+	}
+	copies[0].CgroupId = busy.id + 1000
+	if err := tr.runqLat.Update(slot1, copies, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := tr.Stats(busy.id); err != nil || s.RunqLatency.Count != uint64(5*(ncpu-1)) {
+		t.Errorf("Stats with one foreign CPU copy of %d: count %d (%v), want %d", ncpu, s.RunqLatency.Count, err, 5*(ncpu-1))
+	}
+
+	owner := map[uint32]uint64{}
+	var id uint64
+	var slot uint32
+	for it := tr.runqSlots.Iterate(); it.Next(&id, &slot); {
+		if o, dup := owner[slot]; dup {
+			t.Errorf("slot %d held by cgroups %d and %d", slot, o, id)
+		}
+		owner[slot] = id
+	}
+	free := map[uint32]bool{}
+	for tr.runqFree.LookupAndDelete(nil, &slot) == nil {
+		if free[slot] {
+			t.Errorf("slot %d twice in the free queue", slot)
+		}
+		if o, used := owner[slot]; used {
+			t.Errorf("slot %d both free and held by cgroup %d", slot, o)
+		}
+		free[slot] = true
+	}
+	if len(owner)+len(free) != slots {
+		t.Errorf("%d slots in use + %d free != %d", len(owner), len(free), slots)
+	}
+	if !free[slot0] {
+		t.Errorf("the forgotten slot %d is not free", slot0)
+	}
+}
