@@ -82,6 +82,7 @@ type Tracker struct {
 	coll      *ebpf.Collection
 	oomHook   oomHook
 	links     []link.Link
+	progs     []string  // attached programs, by name
 	runqLat   *ebpf.Map // slot -> per-CPU histograms
 	runqSlots *ebpf.Map // cgroup id -> slot
 	runqFree  *ebpf.Map // queue of free slots
@@ -246,6 +247,7 @@ func Load(opts ...Option) (*Tracker, error) {
 			return fail(classify("attaching "+name, err))
 		}
 		t.links = append(t.links, l)
+		t.progs = append(t.progs, name)
 	}
 
 	t.reader, err = ringbuf.NewReader(coll.Maps[pressureMapOomEvents])

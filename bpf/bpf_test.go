@@ -497,3 +497,42 @@ func TestForgetFreesSlot(t *testing.T) {
 		t.Errorf("the forgotten slot %d is not free", slot0)
 	}
 }
+
+// With run-time statistics on, every attached program reports its runs
+// and run time; the scheduler program runs on this machine's switches.
+func TestProgramStats(t *testing.T) {
+	requireBPF(t)
+	st, err := EnableRunTimeStats()
+	if err != nil {
+		t.Fatalf("EnableRunTimeStats: %v", err)
+	}
+	defer st.Close()
+	tr := load(t)
+	pingPong(t, 1, 2000)
+	ps, err := tr.ProgramStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != len(tr.links) {
+		t.Errorf("%d program stats for %d attached programs", len(ps), len(tr.links))
+	}
+	found := false
+	for _, p := range ps {
+		t.Logf("%s: %d runs, %v, %d misses", p.Name, p.Runs, p.RunTime, p.Misses)
+		if p.Name == pressureProgOnSchedSwitch {
+			found = true
+			if p.Runs < 2000 || p.RunTime <= 0 {
+				t.Errorf("%s: %d runs, %v after 2000 round trips", p.Name, p.Runs, p.RunTime)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no stats for %s", pressureProgOnSchedSwitch)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.ProgramStats(); err == nil {
+		t.Error("ProgramStats after Close: no error")
+	}
+}
