@@ -214,21 +214,39 @@ func progStats(tb testing.TB, p *ebpf.Program) progCost {
 // floor a program on that hook cannot go below.
 func emptyProgram(tb testing.TB, tp string) (*ebpf.Program, func()) {
 	tb.Helper()
+	return tracingProgram(tb, tp, "empty", asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()})
+}
+
+// clockProgram reads the clock twice and does nothing else: about what
+// BPF run-time statistics add to every program run (two sched_clock
+// reads; bpf_ktime_get_ns reads the monotonic clock, a cousin).
+func clockProgram(tb testing.TB, tp string) (*ebpf.Program, func()) {
+	tb.Helper()
+	return tracingProgram(tb, tp, "clock2", asm.Instructions{
+		asm.FnKtimeGetNs.Call(),
+		asm.FnKtimeGetNs.Call(),
+		asm.Mov.Imm(asm.R0, 0),
+		asm.Return(),
+	})
+}
+
+func tracingProgram(tb testing.TB, tp, name string, insns asm.Instructions) (*ebpf.Program, func()) {
+	tb.Helper()
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "empty",
+		Name:         name,
 		Type:         ebpf.Tracing,
 		AttachType:   ebpf.AttachTraceRawTp,
 		AttachTo:     tp,
 		License:      "Dual MIT/GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		Instructions: insns,
 	})
 	if err != nil {
-		tb.Fatalf("empty program on %s: %v", tp, err)
+		tb.Fatalf("%s program on %s: %v", name, tp, err)
 	}
 	l, err := link.AttachTracing(link.TracingOptions{Program: prog})
 	if err != nil {
 		prog.Close()
-		tb.Fatalf("attaching the empty program on %s: %v", tp, err)
+		tb.Fatalf("attaching the %s program on %s: %v", name, tp, err)
 	}
 	return prog, func() { l.Close(); prog.Close() }
 }
@@ -274,6 +292,11 @@ func BenchmarkProgramCost(b *testing.B) {
 	// first run of a benchmark has b.N == 1, too few runs to judge.
 	const rounds, minTrips = 4, 20000
 	trips := max(b.N, minTrips)
+	// For scale: what two clock reads cost on this machine, i.e. about
+	// what the statistics themselves add to each program run.
+	clock, closeClock := clockProgram(b, "sched_switch")
+	defer closeClock()
+	var clockCost []float64
 	added := map[string][]float64{}
 	prog := map[string][]float64{}
 	empty := map[string][]float64{}
@@ -299,6 +322,7 @@ func BenchmarkProgramCost(b *testing.B) {
 		if r%2 == 1 {
 			attachEmpty()
 		}
+		clock0 := progStats(b, clock)
 		before := map[string][2]progCost{}
 		for _, tp := range hooks {
 			var c progCost
@@ -310,6 +334,10 @@ func BenchmarkProgramCost(b *testing.B) {
 		b.StartTimer()
 		pingPong(b, pairs, trips)
 		b.StopTimer()
+		c := progStats(b, clock)
+		c.runs -= clock0.runs
+		c.ns -= clock0.ns
+		clockCost = append(clockCost, c.perRun())
 		for _, tp := range hooks {
 			e := progStats(b, empties[tp])
 			e.runs -= before[tp][1].runs
@@ -346,6 +374,8 @@ func BenchmarkProgramCost(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
+	b.ReportMetric(median(clockCost), "clock2-ns/run")
+	b.Logf("a program reading the clock twice on sched_switch: %.0f ns/run (median; by round %.0f)", median(clockCost), clockCost)
 	for _, tp := range hooks {
 		short := strings.TrimPrefix(tp, "sched_")
 		b.ReportMetric(median(prog[tp]), short+"-ns/run")
