@@ -78,7 +78,7 @@ func anchorTracepoints() []io.Closer {
 	if err != nil {
 		return nil
 	}
-	tps := []string{"sched_wakeup", "sched_wakeup_new", "sched_switch",
+	tps := []string{"sched_switch",
 		"mm_vmscan_memcg_reclaim_begin", "mm_vmscan_memcg_reclaim_end",
 		"mm_vmscan_direct_reclaim_begin", "mm_vmscan_direct_reclaim_end"}
 	if oomHooks[0].usable(kernel) {
