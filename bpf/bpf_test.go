@@ -119,7 +119,11 @@ func TestLoadAttach(t *testing.T) {
 // (b) CPU burners in one cgroup, more runnable threads than CPUs: their
 // run-queue latency is attributed to that cgroup's id, not to an idle
 // cgroup's. The sum is checked against the kernel's own run-delay
-// accounting (/proc/PID/task/TID/schedstat) of the same threads.
+// accounting (/proc/PID/task/TID/schedstat) of the same threads, read
+// while the burners are stopped (SIGSTOP): a wait is counted by the
+// kernel at the task's switch-in and by the program at its next
+// switch-out, and with waits of tens of ms on a loaded machine, reading
+// both while they run differs by several percent at the edges.
 func TestRunqLatencyByCgroup(t *testing.T) {
 	requireBPF(t)
 	root := cgroup2Mount(t)
@@ -140,16 +144,20 @@ func TestRunqLatencyByCgroup(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 
+	stopAll(t, pids)
 	busy0, err := tr.Stats(busy.id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	idle0, _ := tr.Stats(idle.id)
 	delay0, haveDelay := runDelay(pids)
+	contAll(t, pids)
 	time.Sleep(2 * time.Second)
+	stopAll(t, pids)
 	busy1, _ := tr.Stats(busy.id)
 	idle1, _ := tr.Stats(idle.id)
 	delay1, _ := runDelay(pids)
+	contAll(t, pids)
 
 	b, i := sub(busy1, busy0), sub(idle1, idle0)
 	t.Logf("%d burners on %d CPUs, 2 s: busy cgroup %d: %s", n, runtime.NumCPU(), busy.id, describe(b.RunqLatency))
