@@ -81,7 +81,7 @@ struct {
  * Run-queue latency histograms: one slot per cgroup, one copy per CPU. An
  * array, not a hash keyed by cgroup id: a hash lookup per context switch
  * cost ~70 ns on the dev host (hashing, bucket, element: cache misses),
- * an array index off a slot number cached per task ~10. max_entries is
+ * an array index off a slot number cached per task ~20. max_entries is
  * set by the loader (WithMaxCgroups); all of it is allocated up front.
  */
 struct {
