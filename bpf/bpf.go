@@ -52,9 +52,10 @@ type options struct {
 }
 
 // WithMaxCgroups sets how many cgroups the per-cgroup maps hold (default
-// 8192). Entries are allocated on first use, so a large value costs memory
-// only when that many cgroups are seen. When the maps are full, cgroups
-// without an entry are not counted until Forget makes room.
+// 2048). The run-queue histograms are allocated up front, 232 bytes per
+// cgroup and CPU (464 KiB per CPU at the default); the memory counters
+// are allocated on first use. When the maps are full, cgroups without an
+// entry are not counted until Forget makes room.
 func WithMaxCgroups(n int) Option {
 	return func(o *options) {
 		if n > 0 {
@@ -78,15 +79,20 @@ func WithEventBuffer(n int) Option {
 // Tracker holds the loaded and attached programs and their maps. Its
 // methods are safe for concurrent use.
 type Tracker struct {
-	coll    *ebpf.Collection
-	oomHook oomHook
-	links   []link.Link
-	runqLat *ebpf.Map
-	cgMem   *ebpf.Map
-	reader  *ringbuf.Reader
-	events  chan OOMEvent
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	coll      *ebpf.Collection
+	oomHook   oomHook
+	links     []link.Link
+	progs     []string  // attached programs, by name
+	runqLat   *ebpf.Map // slot -> per-CPU histograms
+	runqSlots *ebpf.Map // cgroup id -> slot
+	runqFree  *ebpf.Map // queue of free slots
+	runqGen   *ebpf.Map // bumped after a slot is freed
+	cgMem     *ebpf.Map
+	forgetMu  sync.Mutex // serialises Forget's updates of runqGen
+	reader    *ringbuf.Reader
+	events    chan OOMEvent
+	stop      chan struct{}
+	wg        sync.WaitGroup
 
 	mu       sync.RWMutex // write-held by Close
 	closed   bool
@@ -97,8 +103,6 @@ type Tracker struct {
 // Program names in pressure.bpf.c, by hook.
 var (
 	schedPrograms = []string{
-		pressureProgOnSchedWakeup,
-		pressureProgOnSchedWakeupNew,
 		pressureProgOnSchedSwitch,
 	}
 	reclaimPrograms = []string{
@@ -172,7 +176,7 @@ func chooseOOMHook(kernel *btf.Spec, force string) (oomHook, error) {
 // everything opened so far is closed again. Errors caused by a kernel that
 // lacks a needed feature match ErrNotSupported.
 func Load(opts ...Option) (*Tracker, error) {
-	o := options{maxCgroups: 8192, eventBuffer: 64}
+	o := options{maxCgroups: 2048, eventBuffer: 64}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -183,6 +187,9 @@ func Load(opts ...Option) (*Tracker, error) {
 	kernel, err := btf.LoadKernelSpec()
 	if err != nil {
 		return nil, notSupported("kernel BTF", err)
+	}
+	if err := haveSchedInfo(kernel); err != nil {
+		return nil, err
 	}
 	spec, err := loadPressure()
 	if err != nil {
@@ -197,8 +204,9 @@ func Load(opts ...Option) (*Tracker, error) {
 			delete(spec.Programs, h.prog)
 		}
 	}
-	spec.Maps[pressureMapRunqLat].MaxEntries = o.maxCgroups
-	spec.Maps[pressureMapCgMem].MaxEntries = o.maxCgroups
+	for _, m := range []string{pressureMapRunqLat, pressureMapRunqSlots, pressureMapRunqFree, pressureMapCgMem} {
+		spec.Maps[m].MaxEntries = o.maxCgroups
+	}
 
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
 		Programs: ebpf.ProgramOptions{KernelTypes: kernel},
@@ -207,16 +215,24 @@ func Load(opts ...Option) (*Tracker, error) {
 		return nil, classify("loading programs", err)
 	}
 	t := &Tracker{
-		coll:    coll,
-		oomHook: oom,
-		runqLat: coll.Maps[pressureMapRunqLat],
-		cgMem:   coll.Maps[pressureMapCgMem],
-		events:  make(chan OOMEvent, o.eventBuffer),
-		stop:    make(chan struct{}),
+		coll:      coll,
+		oomHook:   oom,
+		runqLat:   coll.Maps[pressureMapRunqLat],
+		runqSlots: coll.Maps[pressureMapRunqSlots],
+		runqFree:  coll.Maps[pressureMapRunqFree],
+		runqGen:   coll.Maps[pressureMapRunqGen],
+		cgMem:     coll.Maps[pressureMapCgMem],
+		events:    make(chan OOMEvent, o.eventBuffer),
+		stop:      make(chan struct{}),
 	}
 	fail := func(err error) (*Tracker, error) {
 		t.closeResources()
 		return nil, err
+	}
+	for slot := uint32(0); slot < o.maxCgroups; slot++ {
+		if err := t.runqFree.Update(nil, slot, ebpf.UpdateAny); err != nil {
+			return fail(fmt.Errorf("bpf: filling the free slot queue: %w", err))
+		}
 	}
 
 	progs := append(append(append([]string{}, schedPrograms...), reclaimPrograms...), oom.prog)
@@ -231,6 +247,7 @@ func Load(opts ...Option) (*Tracker, error) {
 			return fail(classify("attaching "+name, err))
 		}
 		t.links = append(t.links, l)
+		t.progs = append(t.progs, name)
 	}
 
 	t.reader, err = ringbuf.NewReader(coll.Maps[pressureMapOomEvents])
@@ -289,11 +306,11 @@ func (t *Tracker) Stats(cgroupID uint64) (Stats, error) {
 		return Stats{}, errClosed
 	}
 	var s Stats
-	var hs []pressureRunqHist
-	switch err := t.runqLat.Lookup(cgroupID, &hs); {
+	var slot uint32
+	switch err := t.runqSlots.Lookup(cgroupID, &slot); {
 	case err == nil:
-		for i := range hs {
-			s.RunqLatency.add(&hs[i])
+		if err := t.readRunq(cgroupID, slot, &s.RunqLatency); err != nil {
+			return Stats{}, err
 		}
 	case !errors.Is(err, ebpf.ErrKeyNotExist):
 		return Stats{}, fmt.Errorf("bpf: reading run-queue latency of cgroup %d: %w", cgroupID, err)
@@ -313,6 +330,21 @@ func (t *Tracker) Stats(cgroupID uint64) (Stats, error) {
 	return s, nil
 }
 
+// readRunq adds up the CPUs' histograms in slot that belong to cgroupID
+// (a copy may still hold a forgotten cgroup's counts, see runq_hist_get).
+func (t *Tracker) readRunq(cgroupID uint64, slot uint32, h *Histogram) error {
+	var hs []pressureRunqHist
+	if err := t.runqLat.Lookup(slot, &hs); err != nil {
+		return fmt.Errorf("bpf: reading run-queue latency of cgroup %d (slot %d): %w", cgroupID, slot, err)
+	}
+	for i := range hs {
+		if hs[i].CgroupId == cgroupID {
+			h.add(&hs[i])
+		}
+	}
+	return nil
+}
+
 func (s *Stats) addMem(m *pressureMemStats) {
 	s.ReclaimStall += time.Duration(m.ReclaimNs)
 	s.Reclaims += m.Reclaims
@@ -328,12 +360,12 @@ func (t *Tracker) All() (map[uint64]Stats, error) {
 	}
 	all := make(map[uint64]Stats)
 	var id uint64
-	var hs []pressureRunqHist
-	it := t.runqLat.Iterate()
-	for it.Next(&id, &hs) {
+	var slot uint32
+	it := t.runqSlots.Iterate()
+	for it.Next(&id, &slot) {
 		s := all[id]
-		for i := range hs {
-			s.RunqLatency.add(&hs[i])
+		if err := t.readRunq(id, slot, &s.RunqLatency); err != nil {
+			return nil, err
 		}
 		all[id] = s
 	}
@@ -370,8 +402,25 @@ func (t *Tracker) Forget(cgroupID uint64) {
 	if t.closed {
 		return
 	}
-	_ = t.runqLat.Delete(cgroupID)
 	_ = t.cgMem.Delete(cgroupID)
+	t.forgetMu.Lock()
+	defer t.forgetMu.Unlock()
+	var slot uint32
+	if t.runqSlots.Lookup(cgroupID, &slot) != nil {
+		return
+	}
+	if t.runqSlots.Delete(cgroupID) != nil {
+		return // deleted by a concurrent Forget
+	}
+	// Tasks that cached the slot look it up again (and miss) once the
+	// generation changes; only then may the slot go to another cgroup.
+	// Its CPU copies keep this cgroup's counts until a new owner
+	// overwrites them, and are not read as anyone else's.
+	var gen uint32
+	if t.runqGen.Lookup(uint32(0), &gen) == nil {
+		_ = t.runqGen.Update(uint32(0), gen+1, ebpf.UpdateAny)
+	}
+	_ = t.runqFree.Update(nil, slot, ebpf.UpdateAny)
 }
 
 // OOMHook names the OOM kill hook Load picked for this kernel:

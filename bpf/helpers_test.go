@@ -78,7 +78,7 @@ func anchorTracepoints() []io.Closer {
 	if err != nil {
 		return nil
 	}
-	tps := []string{"sched_wakeup", "sched_wakeup_new", "sched_switch",
+	tps := []string{"sched_switch",
 		"mm_vmscan_memcg_reclaim_begin", "mm_vmscan_memcg_reclaim_end",
 		"mm_vmscan_direct_reclaim_begin", "mm_vmscan_direct_reclaim_end"}
 	if oomHooks[0].usable(kernel) {
@@ -394,4 +394,53 @@ func sub(a, b Stats) Stats {
 
 func describe(h Histogram) string {
 	return fmt.Sprintf("n=%d mean=%v p50=%v p90=%v p99=%v", h.Count, h.Mean(), h.Quantile(0.5), h.Quantile(0.9), h.Quantile(0.99))
+}
+
+// stopAll stops the processes (SIGSTOP) and waits until every one of
+// their threads is stopped, i.e. switched out and off the run queue.
+func stopAll(t testing.TB, pids []int) {
+	t.Helper()
+	for _, pid := range pids {
+		if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for !allStopped(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d not stopped 5 s after SIGSTOP", pid)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+func contAll(t testing.TB, pids []int) {
+	t.Helper()
+	for _, pid := range pids {
+		if err := unix.Kill(pid, unix.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// allStopped tells whether every thread of pid is in state T (stopped).
+func allStopped(pid int) bool {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		return false
+	}
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }

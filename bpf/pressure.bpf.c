@@ -7,7 +7,9 @@
  *
  *  - run-queue latency: time from a task becoming runnable (wakeup, new
  *    task, or being switched out while still runnable) until it runs, as a
- *    log2 histogram of microseconds per cgroup v2 id (per-CPU hash);
+ *    log2 histogram of microseconds per cgroup v2 id (per-CPU array), taken
+ *    from the kernel's own per-task accounting (sched_info) in
+ *    sched_switch alone;
  *  - reclaim stall: time a task spends in memcg reclaim (and in global
  *    direct reclaim), summed per cgroup v2 id of the reclaiming task;
  *  - OOM kills: a count per victim cgroup v2 id, plus one ring buffer event
@@ -15,7 +17,7 @@
  *    old, see the end of this file).
  *
  * Nothing is sent to user space per scheduler event: user space reads the
- * hash maps when it wants numbers.
+ * maps when it wants numbers.
  */
 #include "pressure.h"
 #include <bpf/bpf_helpers.h>
@@ -31,9 +33,10 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define RUNQ_SLOTS 26
 
 struct runq_hist {
-	u64 slots[RUNQ_SLOTS];
+	u64 cgroup_id; /* whose counts these are; see runq_hist_get */
 	u64 count;
 	u64 sum_ns;
+	u64 slots[RUNQ_SLOTS];
 };
 
 struct mem_stats {
@@ -51,25 +54,69 @@ struct oom_event {
 	char comm[TASK_COMM_LEN];
 };
 
-/* tid -> ktime (ns) at which the task became runnable, 0 while it runs or
- * sleeps. LRU: entries of exited tasks are recycled. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, u32);
-	__type(value, u64);
-} runq_start SEC(".maps");
+/*
+ * Per task, the kernel's run-queue accounting (task->sched_info) as of the
+ * task's last switch-out, i.e. what has been counted already, and the
+ * runq_lat slot of the task's cgroup as resolved last time. Task-local
+ * storage: a lookup is an index off the task (kernel selftest benchmark,
+ * commit 73087489: ~12 ns against 54-207 ns for a hash map), and the
+ * kernel frees the entry with the task.
+ */
+struct runq_seen {
+	u64 run_delay;
+	u64 pcount;
+	u64 cgroup_id; /* slot is runq_lat's slot for this cgroup ... */
+	u32 gen;       /* ... as long as runq_gen still holds this */
+	u32 slot;
+};
 
-/* cgroup id -> run-queue latency histogram, one per CPU. Entries are
- * allocated on first use (NO_PREALLOC): max_entries * ncpus values would
- * otherwise be allocated up front. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 8192);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, u64);
+	__type(key, int);
+	__type(value, struct runq_seen);
+} runq_seen SEC(".maps");
+
+/*
+ * Run-queue latency histograms: one slot per cgroup, one copy per CPU. An
+ * array, not a hash keyed by cgroup id: a hash lookup per context switch
+ * cost ~70 ns on the dev host (hashing, bucket, element: cache misses),
+ * an array index off a slot number cached per task ~20. max_entries is
+ * set by the loader (WithMaxCgroups); all of it is allocated up front.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
 	__type(value, struct runq_hist);
 } runq_lat SEC(".maps");
+
+/* cgroup id -> its slot in runq_lat. Written here when a cgroup is first
+ * seen; user space deletes an entry to forget a cgroup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, u64);
+	__type(value, u32);
+} runq_slots SEC(".maps");
+
+/* Free slots of runq_lat: the loader pushes them all, a new cgroup pops
+ * one, user space pushes a forgotten cgroup's slot back. */
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, 1);
+	__type(value, u32);
+} runq_free SEC(".maps");
+
+/* A generation number that user space bumps after deleting from
+ * runq_slots, so that every task resolves its slot again. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} runq_gen SEC(".maps");
 
 /* tid -> ktime (ns) at reclaim begin. */
 struct {
@@ -93,16 +140,11 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } oom_events SEC(".maps");
 
+/* Direct (BTF) loads, no bpf_probe_read_kernel calls: t is a BTF pointer
+ * from a tracing program's arguments, and a faulting load gives 0. */
 static __always_inline u64 task_cgroup_id(struct task_struct *t)
 {
-	return BPF_CORE_READ(t, cgroups, dfl_cgrp, kn, id);
-}
-
-static __always_inline long task_state(struct task_struct *t)
-{
-	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return BPF_CORE_READ((struct task_struct___pre514 *)t, state);
+	return t->cgroups->dfl_cgrp->kn->id;
 }
 
 /* floor(log2(v)) for v > 0. */
@@ -120,81 +162,115 @@ static __always_inline u64 log2_u64(u64 v)
 }
 
 /*
- * A task's entry in runq_start is written in place: the ktime when it
- * became runnable, 0 once it has run. Only a task's first wakeup inserts
- * (an LRU update allocates and frees a node under locks; a lookup and a
- * store do not), and nothing deletes: the LRU recycles entries of tasks
- * gone.
+ * The histogram for cgroup cgid on this CPU. The slot cached in seen is
+ * used while the task stays in that cgroup and no cgroup was forgotten
+ * since (runq_gen); otherwise it is looked up in runq_slots, or a free
+ * one is taken from runq_free. A slot's copy on this CPU may still hold a
+ * forgotten cgroup's counts (user space does not clear all CPUs' copies
+ * of a freed slot): they are dropped here, and user space only sums
+ * copies whose cgroup_id is the cgroup asked for.
  */
-static __always_inline void mark_runnable(struct task_struct *p, u64 now)
+static __always_inline struct runq_hist *runq_hist_get(struct runq_seen *seen, u64 cgid)
 {
-	u32 tid = BPF_CORE_READ(p, pid);
-	u64 *start;
+	u32 zero = 0, slot, *gen, *sp;
+	struct runq_hist *h;
 
-	if (tid == 0) /* idle task */
-		return;
-	start = bpf_map_lookup_elem(&runq_start, &tid);
-	if (start) {
-		*start = now;
-		return;
+	gen = bpf_map_lookup_elem(&runq_gen, &zero);
+	if (!gen)
+		return NULL;
+	if (seen->cgroup_id != cgid || seen->gen != *gen) {
+		u32 g = *gen;
+
+		sp = bpf_map_lookup_elem(&runq_slots, &cgid);
+		if (sp) {
+			slot = *sp;
+		} else {
+			if (bpf_map_pop_elem(&runq_free, &slot))
+				return NULL; /* as many cgroups as slots */
+			if (bpf_map_update_elem(&runq_slots, &cgid, &slot, BPF_NOEXIST)) {
+				/* another CPU was first: use its slot */
+				bpf_map_push_elem(&runq_free, &slot, 0);
+				sp = bpf_map_lookup_elem(&runq_slots, &cgid);
+				if (!sp)
+					return NULL;
+				slot = *sp;
+			}
+		}
+		seen->cgroup_id = cgid;
+		seen->gen = g;
+		seen->slot = slot;
 	}
-	bpf_map_update_elem(&runq_start, &tid, &now, BPF_ANY);
+	slot = seen->slot;
+	h = bpf_map_lookup_elem(&runq_lat, &slot);
+	if (!h)
+		return NULL;
+	if (h->cgroup_id != cgid) {
+		__builtin_memset(h, 0, sizeof(*h));
+		h->cgroup_id = cgid;
+	}
+	return h;
 }
 
-SEC("tp_btf/sched_wakeup")
-int on_sched_wakeup(u64 *ctx)
-{
-	/* TP_PROTO(struct task_struct *p) */
-	mark_runnable((struct task_struct *)ctx[0], bpf_ktime_get_ns());
-	return 0;
-}
-
-SEC("tp_btf/sched_wakeup_new")
-int on_sched_wakeup_new(u64 *ctx)
-{
-	/* TP_PROTO(struct task_struct *p) */
-	mark_runnable((struct task_struct *)ctx[0], bpf_ktime_get_ns());
-	return 0;
-}
-
+/*
+ * Run-queue latency without a clock read or a start map of our own: the
+ * kernel already accounts every task's wait for a CPU in task->sched_info
+ * (CONFIG_SCHED_INFO, independent of the schedstats sysctl; it is what
+ * /proc/PID/schedstat shows): run_delay is the total time spent runnable
+ * on a run queue, pcount the number of times the task was switched in
+ * after such a wait (kernel/sched/stats.h, sched_info_arrive). Both are
+ * brought up to date when the task is switched in, which happens after
+ * trace_sched_switch (__schedule: trace_sched_switch, then
+ * context_switch -> prepare_task_switch -> sched_info_switch). So at
+ * switch-in they still lack the wait that is just ending, and it is at
+ * switch-out, when prev == current, that the delta since the task's last
+ * switch-out is exactly the wait that ended at its latest switch-in (plus
+ * any part of that wait spent on another CPU's queue before a migration,
+ * which the kernel adds on dequeue). The sample is taken one run slice
+ * after the wait ends, and counted to the cgroup the task ran in.
+ */
 SEC("tp_btf/sched_switch")
 int on_sched_switch(u64 *ctx)
 {
 	/* TP_PROTO(bool preempt, struct task_struct *prev,
 	 *          struct task_struct *next[, unsigned int prev_state]) */
 	struct task_struct *prev = (struct task_struct *)ctx[1];
-	struct task_struct *next = (struct task_struct *)ctx[2];
-	u64 now = bpf_ktime_get_ns();
+	struct runq_seen *seen;
 	struct runq_hist *h;
-	u64 *start, delta, us, cgid, slot;
-	u32 tid;
+	u64 delay, pcount, delta, us, cgid, slot;
 
-	/* Switched out while still runnable (preempted, yielded, throttled):
-	 * it waits on a run queue from now on. */
-	if (task_state(prev) == TASK_RUNNING)
-		mark_runnable(prev, now);
+	/* (sched_switch never nests on a CPU: no other run can change seen
+	 * or this CPU's histogram under us.) */
 
-	tid = BPF_CORE_READ(next, pid);
-	if (tid == 0)
+	if (prev->pid == 0) /* the idle task: never accounted */
 		return 0;
-	start = bpf_map_lookup_elem(&runq_start, &tid);
-	if (!start || *start == 0)
+	delay = prev->sched_info.run_delay;
+	pcount = prev->sched_info.pcount;
+	/* Creating an entry allocates under the run-queue lock, as the
+	 * kernel's own tools/bpf/runqslower does in this tracepoint; it
+	 * happens once per task. */
+	seen = bpf_task_storage_get(&runq_seen, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!seen)
 		return 0;
-	delta = now - *start;
-	*start = 0;
+	if (pcount == seen->pcount && delay == seen->run_delay)
+		return 0; /* not switched in after a wait since last time */
+	if (seen->pcount == 0 && pcount != 1) {
+		/* First sight of a task that ran before we were loaded: its
+		 * history is not ours to count. (A task on its first run, pcount
+		 * 1, counts its first wait, as a new task's.) */
+		seen->run_delay = delay;
+		seen->pcount = pcount;
+		return 0;
+	}
+	delta = delay - seen->run_delay;
+	seen->run_delay = delay;
+	seen->pcount = pcount;
 	if ((s64)delta < 0)
 		return 0;
 
-	cgid = task_cgroup_id(next);
-	h = bpf_map_lookup_elem(&runq_lat, &cgid);
-	if (!h) {
-		struct runq_hist zero = {};
-
-		bpf_map_update_elem(&runq_lat, &cgid, &zero, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&runq_lat, &cgid);
-		if (!h)
-			return 0;
-	}
+	cgid = task_cgroup_id(prev);
+	h = runq_hist_get(seen, cgid);
+	if (!h)
+		return 0;
 
 	us = delta / 1000;
 	slot = us ? log2_u64(us) + 1 : 0;
@@ -345,6 +421,6 @@ int on_oom_kill_chosen(u64 *ctx)
 {
 	struct oom_control *oc = (struct oom_control *)ctx[0];
 
-	oom_killed(BPF_CORE_READ(oc, chosen));
+	oom_killed(oc->chosen);
 	return 0;
 }

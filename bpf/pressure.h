@@ -35,8 +35,11 @@ typedef _Bool bool;
 enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_PERCPU_HASH = 5,
-	BPF_MAP_TYPE_LRU_HASH = 9,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_QUEUE = 22,
 	BPF_MAP_TYPE_RINGBUF = 27,
+	BPF_MAP_TYPE_TASK_STORAGE = 29,
 };
 
 enum {
@@ -49,7 +52,10 @@ enum {
 	BPF_F_NO_PREALLOC = (1U << 0),
 };
 
-#define TASK_RUNNING 0
+enum {
+	BPF_LOCAL_STORAGE_GET_F_CREATE = (1ULL << 0),
+};
+
 #define TASK_COMM_LEN 16
 
 /* Kernel types (CO-RE). */
@@ -67,18 +73,18 @@ struct css_set {
 	struct cgroup *dfl_cgrp; /* the task's cgroup on the v2 hierarchy */
 } __pai;
 
+/* CONFIG_SCHED_INFO: the kernel's per-task run-queue accounting. */
+struct sched_info {
+	unsigned long pcount;         /* switched in after a wait */
+	unsigned long long run_delay; /* ns spent waiting on a run queue */
+} __pai;
+
 struct task_struct {
-	unsigned int __state; /* 5.14+ */
 	int pid;
 	int tgid;
 	char comm[TASK_COMM_LEN];
 	struct css_set *cgroups;
-} __pai;
-
-/* task_struct before 5.14 called the state field "state" (a long). The
- * ___suffix is dropped by CO-RE when matching against kernel BTF. */
-struct task_struct___pre514 {
-	long state;
+	struct sched_info sched_info;
 } __pai;
 
 struct oom_control {

@@ -21,10 +21,20 @@ type pressureMemStats struct {
 }
 
 type pressureRunqHist struct {
-	_     structs.HostLayout
-	Slots [26]uint64
-	Count uint64
-	SumNs uint64
+	_        structs.HostLayout
+	CgroupId uint64
+	Count    uint64
+	SumNs    uint64
+	Slots    [26]uint64
+}
+
+type pressureRunqSeen struct {
+	_        structs.HostLayout
+	RunDelay uint64
+	Pcount   uint64
+	CgroupId uint64
+	Gen      uint32
+	Slot     uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -34,8 +44,11 @@ const (
 	pressureMapCgMem                 = "cg_mem"
 	pressureMapOomEvents             = "oom_events"
 	pressureMapReclaimStart          = "reclaim_start"
+	pressureMapRunqFree              = "runq_free"
+	pressureMapRunqGen               = "runq_gen"
 	pressureMapRunqLat               = "runq_lat"
-	pressureMapRunqStart             = "runq_start"
+	pressureMapRunqSeen              = "runq_seen"
+	pressureMapRunqSlots             = "runq_slots"
 	pressureProgOnDirectReclaimBegin = "on_direct_reclaim_begin"
 	pressureProgOnDirectReclaimEnd   = "on_direct_reclaim_end"
 	pressureProgOnMarkVictim         = "on_mark_victim"
@@ -44,8 +57,6 @@ const (
 	pressureProgOnOomKill            = "on_oom_kill"
 	pressureProgOnOomKillChosen      = "on_oom_kill_chosen"
 	pressureProgOnSchedSwitch        = "on_sched_switch"
-	pressureProgOnSchedWakeup        = "on_sched_wakeup"
-	pressureProgOnSchedWakeupNew     = "on_sched_wakeup_new"
 )
 
 // loadPressure returns the embedded CollectionSpec for pressure.
@@ -98,8 +109,6 @@ type pressureProgramSpecs struct {
 	OnOomKill            *ebpf.ProgramSpec `ebpf:"on_oom_kill"`
 	OnOomKillChosen      *ebpf.ProgramSpec `ebpf:"on_oom_kill_chosen"`
 	OnSchedSwitch        *ebpf.ProgramSpec `ebpf:"on_sched_switch"`
-	OnSchedWakeup        *ebpf.ProgramSpec `ebpf:"on_sched_wakeup"`
-	OnSchedWakeupNew     *ebpf.ProgramSpec `ebpf:"on_sched_wakeup_new"`
 }
 
 // pressureMapSpecs contains maps before they are loaded into the kernel.
@@ -109,8 +118,11 @@ type pressureMapSpecs struct {
 	CgMem        *ebpf.MapSpec `ebpf:"cg_mem"`
 	OomEvents    *ebpf.MapSpec `ebpf:"oom_events"`
 	ReclaimStart *ebpf.MapSpec `ebpf:"reclaim_start"`
+	RunqFree     *ebpf.MapSpec `ebpf:"runq_free"`
+	RunqGen      *ebpf.MapSpec `ebpf:"runq_gen"`
 	RunqLat      *ebpf.MapSpec `ebpf:"runq_lat"`
-	RunqStart    *ebpf.MapSpec `ebpf:"runq_start"`
+	RunqSeen     *ebpf.MapSpec `ebpf:"runq_seen"`
+	RunqSlots    *ebpf.MapSpec `ebpf:"runq_slots"`
 }
 
 // pressureVariableSpecs contains global variables before they are loaded into the kernel.
@@ -142,8 +154,11 @@ type pressureMaps struct {
 	CgMem        *ebpf.Map `ebpf:"cg_mem"`
 	OomEvents    *ebpf.Map `ebpf:"oom_events"`
 	ReclaimStart *ebpf.Map `ebpf:"reclaim_start"`
+	RunqFree     *ebpf.Map `ebpf:"runq_free"`
+	RunqGen      *ebpf.Map `ebpf:"runq_gen"`
 	RunqLat      *ebpf.Map `ebpf:"runq_lat"`
-	RunqStart    *ebpf.Map `ebpf:"runq_start"`
+	RunqSeen     *ebpf.Map `ebpf:"runq_seen"`
+	RunqSlots    *ebpf.Map `ebpf:"runq_slots"`
 }
 
 func (m *pressureMaps) Close() error {
@@ -151,8 +166,11 @@ func (m *pressureMaps) Close() error {
 		m.CgMem,
 		m.OomEvents,
 		m.ReclaimStart,
+		m.RunqFree,
+		m.RunqGen,
 		m.RunqLat,
-		m.RunqStart,
+		m.RunqSeen,
+		m.RunqSlots,
 	)
 }
 
@@ -174,8 +192,6 @@ type pressurePrograms struct {
 	OnOomKill            *ebpf.Program `ebpf:"on_oom_kill"`
 	OnOomKillChosen      *ebpf.Program `ebpf:"on_oom_kill_chosen"`
 	OnSchedSwitch        *ebpf.Program `ebpf:"on_sched_switch"`
-	OnSchedWakeup        *ebpf.Program `ebpf:"on_sched_wakeup"`
-	OnSchedWakeupNew     *ebpf.Program `ebpf:"on_sched_wakeup_new"`
 }
 
 func (p *pressurePrograms) Close() error {
@@ -188,8 +204,6 @@ func (p *pressurePrograms) Close() error {
 		p.OnOomKill,
 		p.OnOomKillChosen,
 		p.OnSchedSwitch,
-		p.OnSchedWakeup,
-		p.OnSchedWakeupNew,
 	)
 }
 

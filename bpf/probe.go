@@ -48,8 +48,8 @@ func verifierTooOld(err error) bool {
 	return false
 }
 
-// Probe checks quickly whether Load can work here: kernel BTF, the map
-// types, and that trivial programs of the attach types Load uses load and
+// Probe checks quickly whether Load can work here: kernel BTF, the
+// kernel's per-task run-queue accounting, the map types, and that trivial programs of the attach types Load uses load and
 // attach: tp_btf on sched_switch and the OOM hook Load would pick
 // (tp_btf/mark_victim, or fentry on older kernels). It needs the
 // same privileges as Load. Missing kernel features give an error matching
@@ -62,7 +62,10 @@ func Probe() error {
 	if err != nil {
 		return notSupported("kernel BTF", err)
 	}
-	for _, mt := range []ebpf.MapType{ebpf.Hash, ebpf.PerCPUHash, ebpf.LRUHash, ebpf.RingBuf} {
+	if err := haveSchedInfo(kernel); err != nil {
+		return err
+	}
+	for _, mt := range []ebpf.MapType{ebpf.Hash, ebpf.PerCPUHash, ebpf.Array, ebpf.PerCPUArray, ebpf.Queue, ebpf.TaskStorage, ebpf.RingBuf} {
 		if err := features.HaveMapType(mt); err != nil {
 			return classify("map type "+mt.String(), err)
 		}
@@ -75,6 +78,37 @@ func Probe() error {
 		return err
 	}
 	return probeAttach(kernel, oom.attach, oom.target)
+}
+
+// haveSchedInfo checks that the kernel accounts each task's run-queue wait
+// (task_struct.sched_info, CONFIG_SCHED_INFO: on with CONFIG_SCHEDSTATS or
+// CONFIG_TASK_DELAY_ACCT, as in Debian's and most distributions' kernels),
+// which the sched_switch program reads instead of a clock.
+func haveSchedInfo(kernel *btf.Spec) error {
+	var task *btf.Struct
+	if err := kernel.TypeByName("task_struct", &task); err != nil {
+		return notSupported("task_struct in kernel BTF", err)
+	}
+	for _, m := range task.Members {
+		if m.Name != "sched_info" {
+			continue
+		}
+		si, ok := btf.UnderlyingType(m.Type).(*btf.Struct)
+		if !ok {
+			break
+		}
+		found := 0
+		for _, f := range si.Members {
+			if f.Name == "run_delay" || f.Name == "pcount" {
+				found++
+			}
+		}
+		if found == 2 {
+			return nil
+		}
+		break
+	}
+	return notSupported("run-queue accounting", errors.New("task_struct has no sched_info.run_delay and .pcount (kernel built without CONFIG_SCHED_INFO)"))
 }
 
 func probeAttach(kernel *btf.Spec, at ebpf.AttachType, to string) error {

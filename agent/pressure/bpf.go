@@ -10,6 +10,12 @@ type Tracker interface {
 	Stats(cgroupID uint64) (bpf.Stats, error)
 }
 
+// programCoster is a Tracker that also reports its programs' own cost
+// (*bpf.Tracker does).
+type programCoster interface {
+	ProgramStats() ([]bpf.ProgramStats, error)
+}
+
 // BPF is the Source backed by the eBPF programs: it finds the cgroup's id
 // (its inode number) and reads the in-kernel aggregates for it.
 type BPF struct {
@@ -45,4 +51,14 @@ func (b BPF) Read(p string) (Sample, error) {
 		Source: "ebpf", CPUStall: st.RunqLatency.Sum, MemoryStall: st.ReclaimStall, OOMKills: st.OOMKills,
 		RunqLatency: h, Reclaims: st.Reclaims,
 	}, nil
+}
+
+// Programs returns the eBPF programs' own cost (runs and run time, counted
+// while the kernel's BPF run-time statistics are on), or nothing when the
+// Tracker does not report it.
+func (b BPF) Programs() ([]bpf.ProgramStats, error) {
+	if pc, ok := b.T.(programCoster); ok {
+		return pc.ProgramStats()
+	}
+	return nil, nil
 }

@@ -2,6 +2,8 @@ package pressure
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/resizer/resize-agent/bpf"
 )
 
 // Target is one container to collect for.
@@ -24,7 +26,17 @@ var (
 	descReclaims  = prometheus.NewDesc("resize_agent_container_memory_reclaims_total", "Memcg reclaim runs by the container's tasks (eBPF).", labels, nil)
 	descErr       = prometheus.NewDesc("resize_agent_pressure_read_errors", "Pressure reads that failed at the last scrape, by source.", []string{"source"}, nil)
 	descSource    = prometheus.NewDesc("resize_agent_pressure_source_info", "The pressure sources in use (1 each).", []string{"source"}, nil)
+	// The eBPF programs' own cost, as ebpf_exporter exports it: the
+	// kernel's run_cnt and run_time_ns of each program, which count only
+	// while BPF run-time statistics are on (the daemon turns them on).
+	descProgRuns = prometheus.NewDesc("resize_agent_bpf_program_runs_total", "Runs of each of the agent's eBPF programs (kernel BPF run-time statistics; counted only while they are on).", []string{"program"}, nil)
+	descProgTime = prometheus.NewDesc("resize_agent_bpf_program_run_seconds_total", "Time spent running each of the agent's eBPF programs (kernel BPF run-time statistics; counted only while they are on).", []string{"program"}, nil)
 )
+
+// programSource is a Source that also reports its eBPF programs' cost.
+type programSource interface {
+	Programs() ([]bpf.ProgramStats, error)
+}
 
 func init() {
 	for _, r := range []string{"cpu", "memory", "io"} {
@@ -56,6 +68,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, src := range c.sources {
 		ch <- prometheus.MustNewConstMetric(descSource, prometheus.GaugeValue, 1, src.Name())
 		errs[src.Name()] = 0
+		if ps, ok := src.(programSource); ok {
+			progs, err := ps.Programs()
+			if err != nil {
+				errs[src.Name()]++
+			}
+			for _, p := range progs {
+				ch <- prometheus.MustNewConstMetric(descProgRuns, prometheus.CounterValue, float64(p.Runs), p.Name)
+				ch <- prometheus.MustNewConstMetric(descProgTime, prometheus.CounterValue, p.RunTime.Seconds(), p.Name)
+			}
+		}
 	}
 	for _, t := range c.targets() {
 		lv := []string{t.Name, t.PodUID, t.Cgroup}

@@ -1,13 +1,16 @@
 package pressure_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/resizer/resize-agent/agent/pressure"
+	"github.com/resizer/resize-agent/bpf"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 )
@@ -56,12 +59,64 @@ resize_agent_pressure_source_info{source="psi"} 1
 
 func TestMetricNames(t *testing.T) {
 	names := pressure.MetricNames()
-	for _, want := range []string{"container_oom_events_total", "container_pressure_io_stalled_seconds_total", "resize_agent_container_runqueue_latency_seconds", "resize_agent_pressure_source_info"} {
+	for _, want := range []string{"container_oom_events_total", "container_pressure_io_stalled_seconds_total", "resize_agent_container_runqueue_latency_seconds", "resize_agent_pressure_source_info", "resize_agent_bpf_program_runs_total", "resize_agent_bpf_program_run_seconds_total"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("pressure.MetricNames() lacks %s: %v", want, names)
 		}
 	}
-	if len(names) != 15 {
-		t.Errorf("MetricNames() has %d names, want 15: %v", len(names), names)
+	if len(names) != 17 {
+		t.Errorf("MetricNames() has %d names, want 17: %v", len(names), names)
+	}
+}
+
+// fakeTracker reports fixed program costs and no pressure.
+type fakeTracker struct {
+	progs []bpf.ProgramStats
+	err   error
+}
+
+func (fakeTracker) Stats(uint64) (bpf.Stats, error) { return bpf.Stats{}, nil }
+func (f fakeTracker) ProgramStats() ([]bpf.ProgramStats, error) {
+	return f.progs, f.err
+}
+
+func TestCollectorProgramCost(t *testing.T) {
+	src := pressure.BPF{T: fakeTracker{progs: []bpf.ProgramStats{
+		{Name: "on_sched_switch", Runs: 4_000_000, RunTime: 620 * time.Millisecond},
+		{Name: "on_mark_victim", Runs: 0},
+	}}}
+	c := pressure.NewCollector(func() []pressure.Target { return nil }, src)
+	want := `
+# HELP resize_agent_bpf_program_run_seconds_total Time spent running each of the agent's eBPF programs (kernel BPF run-time statistics; counted only while they are on).
+# TYPE resize_agent_bpf_program_run_seconds_total counter
+resize_agent_bpf_program_run_seconds_total{program="on_mark_victim"} 0
+resize_agent_bpf_program_run_seconds_total{program="on_sched_switch"} 0.62
+# HELP resize_agent_bpf_program_runs_total Runs of each of the agent's eBPF programs (kernel BPF run-time statistics; counted only while they are on).
+# TYPE resize_agent_bpf_program_runs_total counter
+resize_agent_bpf_program_runs_total{program="on_mark_victim"} 0
+resize_agent_bpf_program_runs_total{program="on_sched_switch"} 4e+06
+# HELP resize_agent_pressure_read_errors Pressure reads that failed at the last scrape, by source.
+# TYPE resize_agent_pressure_read_errors gauge
+resize_agent_pressure_read_errors{source="ebpf"} 0
+`
+	names := []string{"resize_agent_bpf_program_run_seconds_total", "resize_agent_bpf_program_runs_total", "resize_agent_pressure_read_errors"}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+
+	// A failed read counts as a read error and exports no program lines.
+	c = pressure.NewCollector(func() []pressure.Target { return nil }, pressure.BPF{T: fakeTracker{err: errors.New("closed")}})
+	want = `
+# HELP resize_agent_pressure_read_errors Pressure reads that failed at the last scrape, by source.
+# TYPE resize_agent_pressure_read_errors gauge
+resize_agent_pressure_read_errors{source="ebpf"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+
+	// A source without program costs (PSI files) exports none.
+	if n := testutil.CollectAndCount(pressure.NewCollector(func() []pressure.Target { return nil }, pressure.Files{}), names[:2]...); n != 0 {
+		t.Errorf("PSI source: %d program metrics", n)
 	}
 }

@@ -35,6 +35,14 @@ func bpfSource(o *Options, cg *cgroup.Manager, log *slog.Logger) (pressure.Sourc
 		return nil, func() {}, nil
 	}
 	log.Info("eBPF pressure tracking loaded: run-queue latency, memcg reclaim stalls, OOM kills per cgroup")
+	// The programs' own cost (resize_agent_bpf_program_*) counts only
+	// while the kernel's BPF run-time statistics are on. Turning them on
+	// needs CAP_SYS_ADMIN, which only start-up has; the descriptor keeps
+	// them on until shutdown.
+	stats, err := bpf.EnableRunTimeStats()
+	if err != nil {
+		log.Warn("BPF run-time statistics unavailable; resize_agent_bpf_program_* stay at 0", "err", err)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -42,5 +50,11 @@ func bpfSource(o *Options, cg *cgroup.Manager, log *slog.Logger) (pressure.Sourc
 			log.Warn("OOM kill", "pid", e.PID, "comm", e.Comm, "cgroupID", e.CgroupID)
 		}
 	}()
-	return pressure.BPF{T: t, CG: cg}, func() { t.Close(); <-done }, nil
+	return pressure.BPF{T: t, CG: cg}, func() {
+		t.Close()
+		<-done
+		if stats != nil {
+			stats.Close()
+		}
+	}, nil
 }
