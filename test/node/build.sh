@@ -2,12 +2,13 @@
 # Builds what the node tests need besides test/k8s/build.sh's kube-apiserver
 # and etcd, from the Go module proxy, once per version, into
 # $RESIZE_AGENT_K8S_CACHE/bin (default /var/cache/resize-agent-k8s/bin):
-#   kubelet                  static (CGO_ENABLED=0): it runs in the VM guest
-#   kubectl, kube-controller-manager, kube-scheduler   on the host, built
-#                            with the flags build.sh uses for kube-apiserver
-#                            so that they share its build cache (a DaemonSet's
-#                            pods are placed by the scheduler)
-#   cni/bridge, cni/host-local, cni/loopback   github.com/containernetworking/plugins, static
+#   kubelet, kubectl, kube-controller-manager, kube-scheduler (a DaemonSet's
+#       pods are placed by the scheduler), in one go build with the flags
+#       build.sh uses for kube-apiserver, so that they share its build cache
+#       (cgo on: a static kubelet would compile most of Kubernetes again; the
+#       VM harness copies the kubelet's shared libraries into the guest)
+#   cni/bridge, cni/host-local, cni/loopback from
+#       github.com/containernetworking/plugins, static
 # k8s.io/kubernetes is required as test/k8s/build.sh does: every staging
 # module it replaces with ./staging/... pinned to its published v0.Y.Z twin.
 # A second run with the same versions does nothing. Builds run under nice.
@@ -101,11 +102,12 @@ build_cni() {
 
 want=("$@")
 ((${#want[@]})) || want=(cni kubectl kube-controller-manager kube-scheduler kubelet)
+k8s=()
 for w in "${want[@]}"; do
 	case $w in
 	cni) build_cni ;;
-	kubelet) build_k8s 0 kubelet ;;
-	kubectl | kube-controller-manager | kube-scheduler) build_k8s "$(go env CGO_ENABLED)" "$w" ;;
+	kubelet | kubectl | kube-controller-manager | kube-scheduler) k8s+=("$w") ;;
 	*) die "unknown component $w (kubelet, kubectl, kube-controller-manager, kube-scheduler, cni)" ;;
 	esac
 done
+((${#k8s[@]} == 0)) || build_k8s "$(go env CGO_ENABLED)" "${k8s[@]}"
