@@ -44,7 +44,14 @@ cleanup() {
 		wait "$vmpid" 2>/dev/null
 	fi
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+	# kube-apiserver's graceful shutdown can take a minute: 10 s, then KILL.
+	for _ in $(seq 1 20); do
+		local alive=0
+		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+		((alive)) || break
+		sleep 0.5
+	done
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 	cp "$work"/*.log "$logs/" 2>/dev/null
 	((rc == 0)) || say "FAILED (exit $rc); logs in $logs"
 	rm -rf "$work"
