@@ -7,7 +7,7 @@ BIN := bin
 CMDS := resize-agent resizectl
 VM_PAYLOAD := $(BIN)/vm-payload
 
-.PHONY: all build test test-unit test-vm test-k8s test-kubelet-fit test-monitoring demo vet clean generate check-generate fuzz
+.PHONY: all build test test-unit test-vm test-k8s test-kubelet-fit test-monitoring test-node image demo vet clean generate check-generate fuzz
 
 all: build
 
@@ -44,6 +44,27 @@ test-k8s:
 # agent/kube/fit against kubelet 1.37.2's own resize admission.
 test-kubelet-fit:
 	test/kubeletfit/run.sh
+
+# The agent's image without Docker: static resize-agent and resizectl for
+# linux/amd64 and linux/arm64, one OCI index in an OCI layout tarball that
+# `ctr images import` and `kind load image-archive` accept (deploy/image).
+IMAGE ?= docker.io/library/resize-agent:dev
+IMAGE_ARCHIVE ?= $(BIN)/resize-agent-image.tar
+IMAGE_ARCHS := amd64 arm64
+
+image:
+	@set -e; for a in $(IMAGE_ARCHS); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$a go build -trimpath -ldflags "-s -w" -o $(BIN)/image/linux_$$a/ ./cmd/resize-agent ./cmd/resizectl; \
+	done
+	go run ./deploy/image -name $(IMAGE) -o $(IMAGE_ARCHIVE) $(foreach a,$(IMAGE_ARCHS),-platform linux/$(a)=$(BIN)/image/linux_$(a))
+	@echo "wrote $(IMAGE_ARCHIVE) ($(IMAGE) for $(IMAGE_ARCHS))"
+
+# A real Kubernetes node in the VM (kubelet, containerd, systemd) registered
+# with a control plane on the host; the agent deployed from deploy/ and the
+# e2e tests in test/node run against it (test/node/run.sh). Fails if the
+# node cannot be brought up.
+test-node: image
+	test/node/run.sh
 
 # Fuzzing: go test -fuzz takes one package and one target per run. Each
 # target runs for a number of executions, not a duration: with a duration,

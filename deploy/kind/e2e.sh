@@ -4,7 +4,8 @@
 # resize it through the agent's annotation and wait until the container's
 # cgroup holds the new limit and the resize conditions say it is done; then
 # ask for a resize that can never fit and wait for PodResizePending /
-# Infeasible.
+# Infeasible; then run the node e2e suite of test/node (what make test-node
+# runs on the VM node) against the same cluster.
 #
 # Needs docker, kind and kubectl on PATH and a cgroup v2 host (kind nodes
 # share the host's cgroup tree). Run from anywhere:
@@ -14,6 +15,8 @@
 #   KEEP=1                 keep the test namespace (the cluster is always
 #                          kept; delete it with: kind delete cluster --name "$CLUSTER")
 #   TIMEOUT=120            seconds to wait for each step
+#   IMAGE_BUILD=archive    make image + kind load image-archive (default), or
+#                          docker: docker build -f deploy/Dockerfile + kind load docker-image
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -65,8 +68,14 @@ else
 fi
 
 say "building $IMAGE"
-docker build -f "$root/deploy/Dockerfile" -t "$IMAGE" "$root"
-kind load docker-image "$IMAGE" --name "$CLUSTER"
+if [[ ${IMAGE_BUILD:-archive} == docker ]]; then
+	docker build -f "$root/deploy/Dockerfile" -t "$IMAGE" "$root"
+	kind load docker-image "$IMAGE" --name "$CLUSTER"
+else
+	# The image without Docker (make image): an OCI archive for amd64 and arm64.
+	make -C "$root" image IMAGE="docker.io/library/$IMAGE" IMAGE_ARCHIVE="$root/bin/resize-agent-image.tar"
+	kind load image-archive "$root/bin/resize-agent-image.tar" --name "$CLUSTER"
+fi
 
 say "installing the agent (deploy/overlays/kind)"
 k apply -k "$root/deploy/overlays/kind"
@@ -122,6 +131,17 @@ echo "message: $(k -n "$NS" get pod "$POD" -o jsonpath='{.status.conditions[?(@.
 cpu_is "25000 100000" || die "an infeasible resize changed cpu.max to $(cgfile cpu.max)"
 k -n "$NS" get events --field-selector "involvedObject.name=$POD" \
 	-o custom-columns=TYPE:.type,REASON:.reason,FROM:.source.component,MESSAGE:.message
+
+say "the node e2e suite (test/node), as make test-node runs it on the VM node"
+need go "https://go.dev/doc/install"
+e2e_node=$(k get nodes -l resize-agent.resizer.io/e2e=true -o jsonpath='{.items[0].metadata.name}')
+kubeconfig=$(mktemp)
+kind get kubeconfig --name "$CLUSTER" >"$kubeconfig"
+(cd "$root" && RESIZE_AGENT_NODE_KUBECONFIG=$kubeconfig RESIZE_AGENT_REQUIRE_NODE=1 KUBECTL=$(command -v kubectl) \
+	RESIZE_AGENT_NODE_NAME=$e2e_node RESIZE_AGENT_NODE_OVERLAY=$root/deploy/overlays/kind \
+	RESIZE_AGENT_NODE_BUSYBOX=busybox:1.36 go test -count=1 -timeout 20m -v ./test/node/) ||
+	{ rm -f "$kubeconfig"; die "the node e2e suite failed"; }
+rm -f "$kubeconfig"
 
 if [[ ${KEEP:-} != 1 ]]; then
 	k delete namespace "$NS" --wait=false >/dev/null

@@ -164,6 +164,21 @@ if [ -f /harness/modules ]; then
 	done </harness/modules
 fi
 
+# run --net: the NIC's modules, and the address slirp expects (no DHCP;
+# no default route: with restrict=on only the forwarded addresses answer).
+if [ "${VMH_NET:-0}" = 1 ]; then
+	while read -r m; do
+		[ -n "$m" ] || continue
+		insmod "/lib/modules/$kver/$m" 2>/tmp/insmod.err ||
+			grep -q 'File exists' /tmp/insmod.err ||
+			echo "[vmharness] warning: insmod $m: $(cat /tmp/insmod.err)"
+	done </harness/modules-net
+	i=0
+	until ip link show eth0 >/dev/null 2>&1 || [ $i -gt 50 ]; do sleep 0.1; i=$((i + 1)); done
+	ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 || fail "cannot configure eth0"
+	log "eth0 10.0.2.15/24"
+fi
+
 # cgroup v2: delegate controllers from the root (systemd does it itself).
 if [ "$1" = stage3 ]; then
 	log "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control) (systemd)"

@@ -2,10 +2,12 @@
 # QEMU VM test harness for resize-agent: a real cgroup v2 machine (Debian's
 # 6.1 kernel booted from an initramfs) with optional containerd 2.x + runc.
 #
-#   test/vm/vm.sh prepare
+#   test/vm/vm.sh prepare [--net]   # --net: also the modules run --net needs
 #   test/vm/vm.sh run [--payload DIR]... [--containerd] [--systemd] [--collect GUESTDIR:HOSTDIR]...
 #                     [--mem 2G] [--cpus 2] [--timeout SECONDS] [--env KEY=VALUE]...
-#                     [--quiet] [--console-log FILE] [--containerd-log] -- CMD [ARGS...]
+#                     [--quiet] [--console-log FILE] [--containerd-log]
+#                     [--net] [--guestfwd IP:PORT=HOSTPORT]... [--hostfwd [HOSTIP:]HOSTPORT=PORT]...
+#                     -- CMD [ARGS...]
 #   test/vm/vm.sh accel        # prints kvm or tcg (what `run` would use)
 #   test/vm/vm.sh clean        # removes the cache
 #
@@ -170,6 +172,62 @@ ensure_kernel() {
 	touch "$KDIR/ready"
 	extract_vmlinux
 	msg "kernel $kver ready (modules: ${order[*]})"
+}
+
+# Modules for run --net, kept apart from GUEST_MODULES (whose list is the
+# kernel cache's key, shared by every run): virtio_net (+ failover,
+# net_failover) for the NIC, bridge (+ stp, llc) and veth for CNI's bridge
+# plugin. Taken from the same kernel package as $KDIR, into $NETK/<kver>.
+NET_MODULES=(virtio_net bridge veth)
+NETK=$CACHE/kernel-net
+ensure_net_modules() {
+	local kver pkg d
+	kver=$(cat "$KDIR/kver")
+	pkg=$(cat "$KDIR/package")
+	d=$NETK/$kver
+	[[ -f $d/ready && $(cat "$d/wanted" 2>/dev/null) == "${NET_MODULES[*]}" ]] && return
+	apt_update_once
+	rm -rf "$d.tmp"
+	mkdir -p "$d.tmp/deb"
+	chown _apt "$d.tmp/deb" 2>/dev/null || true
+	msg "fetching $pkg for the --net modules (${NET_MODULES[*]})"
+	(cd "$d.tmp/deb" && apt-get download "$pkg" >&2) || die "apt-get download $pkg failed"
+	dpkg-deb -x "$d.tmp/deb"/*.deb "$d.tmp/x"
+	[[ -d $d.tmp/x/lib/modules/$kver ]] || die "$pkg has no modules for $kver"
+	depmod -b "$d.tmp/x" "$kver"
+	local mdir=$d.tmp/x/lib/modules/$kver order=() seen=" " m path
+	# Dependencies the base modules already load are loaded again harmlessly
+	# (insmod reports "File exists", which the guest ignores).
+	resolve_net() {
+		local p=$1 dd x
+		[[ $seen == *" $p "* ]] && return
+		dd=$(awk -v m="$p:" '$1 == m { $1 = ""; print }' "$mdir/modules.dep")
+		for x in $dd; do resolve_net "$x"; done
+		seen+="$p "
+		order+=("$p")
+	}
+	for m in "${NET_MODULES[@]}"; do
+		path=$(awk -F: -v m="/$m.ko" 'index($1, m) && substr($1, length($1) - length(m) + 1) == m { print $1; exit }' "$mdir/modules.dep")
+		if [[ -z $path ]]; then
+			grep -q "/$m.ko$" "$mdir/modules.builtin" && continue
+			die "module $m not found in $pkg"
+		fi
+		resolve_net "$path"
+	done
+	local s=$d.tmp/stage
+	mkdir -p "$s/harness"
+	for m in "${order[@]}"; do
+		mkdir -p "$s/lib/modules/$kver/$(dirname "$m")"
+		cp "$mdir/$m" "$s/lib/modules/$kver/$m"
+	done
+	printf '%s\n' "${order[@]}" >"$s/harness/modules-net"
+	mkcpio "$s" "$d.tmp/net.cpio"
+	echo "${NET_MODULES[*]}" >"$d.tmp/wanted"
+	rm -rf "$d.tmp/x" "$d.tmp/deb" "$s"
+	rm -rf "$d"
+	mv "$d.tmp" "$d"
+	touch "$d/ready"
+	msg "--net modules ready: ${order[*]}"
 }
 
 # ---------------------------------------------------------------------------
@@ -572,7 +630,7 @@ usage() {
 }
 
 cmd_run() {
-	local payloads=() collects=() envs=() containerd=0 systemd=0 mem=2G cpus=2 timeout=600 quiet=0 console_log="" ctd_log=${VM_CONTAINERD_LOG:-0}
+	local payloads=() collects=() envs=() guestfwds=() hostfwds=() net=0 containerd=0 systemd=0 mem=2G cpus=2 timeout=600 quiet=0 console_log="" ctd_log=${VM_CONTAINERD_LOG:-0}
 	while (($#)); do
 		case $1 in
 		--payload) payloads+=("$2"); shift 2 ;;
@@ -582,6 +640,11 @@ cmd_run() {
 		--env) envs+=("$2"); shift 2 ;;
 		--env=*) envs+=("${1#*=}"); shift ;;
 		--containerd) containerd=1; shift ;;
+		--net) net=1; shift ;;
+		--guestfwd) guestfwds+=("$2"); net=1; shift 2 ;;
+		--guestfwd=*) guestfwds+=("${1#*=}"); net=1; shift ;;
+		--hostfwd) hostfwds+=("$2"); net=1; shift 2 ;;
+		--hostfwd=*) hostfwds+=("${1#*=}"); net=1; shift ;;
 		--systemd) systemd=1; shift ;;
 		--containerd-log) ctd_log=1; shift ;;
 		--mem) mem=$2; shift 2 ;;
@@ -605,11 +668,23 @@ cmd_run() {
 	for p in "${payloads[@]}"; do [[ -d $p ]] || die "--payload $p: not a directory"; done
 	for c in "${collects[@]}"; do [[ $c == /*:* ]] || die "--collect $c: expected /GUESTDIR:HOSTDIR"; done
 	for c in "${envs[@]}"; do [[ $c =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env $c: expected KEY=VALUE"; done
+	local ipre='([0-9]{1,3}\.){3}[0-9]{1,3}' portre='[0-9]{1,5}'
+	for c in "${guestfwds[@]}"; do
+		[[ $c =~ ^$ipre:$portre=$portre$ ]] || die "--guestfwd $c: expected GUESTIP:PORT=HOSTPORT"
+	done
+	for c in "${hostfwds[@]}"; do
+		[[ $c =~ ^($ipre:)?$portre=$portre$ ]] || die "--hostfwd $c: expected [HOSTIP:]HOSTPORT=GUESTPORT"
+	done
 
 	ensure_prepared
 	if ((systemd)); then
 		lock_cache
 		ensure_systemd || die "fetching/staging Debian's systemd failed"
+		unlock_cache
+	fi
+	if ((net)); then
+		lock_cache
+		ensure_net_modules
 		unlock_cache
 	fi
 	resolve_accel
@@ -641,6 +716,7 @@ cmd_run() {
 		echo "VMH_CONTAINERD=$containerd"
 		echo "VMH_CONTAINERD_LOG=$ctd_log"
 		echo "VMH_SYSTEMD=$systemd"
+		echo "VMH_NET=$net"
 		echo "VMH_NCOLLECT=${#collects[@]}"
 		for i in "${!collects[@]}"; do
 			echo "VMH_COLLECT_$i=$(squote "${collects[$i]%%:*}")"
@@ -659,6 +735,7 @@ cmd_run() {
 	local parts=("$CP/base.cpio")
 	((containerd)) && parts+=("$CP/containerd.cpio")
 	((systemd)) && parts+=("$SD/systemd.cpio")
+	((net)) && parts+=("$NETK/$(cat "$KDIR/kver")/net.cpio")
 	cat "${parts[@]}" "$work/run.cpio" >"$work/initrd"
 	local sdargs=""
 	# systemd as PID 1: our own target only, status lines off under --quiet.
@@ -669,7 +746,25 @@ cmd_run() {
 	local qemu=(qemu-system-x86_64 -m "$mem" -smp "$cpus"
 		-kernel "$(boot_kernel)" -initrd "$work/initrd"
 		-append "console=ttyS0 loglevel=3 panic=-1 rdinit=/init edd=off mitigations=off tsc=reliable no_timer_check $sdargs ${VM_KERNEL_ARGS:-}"
-		-nographic -nic none -no-reboot)
+		-nographic -no-reboot)
+	if ((net)); then
+		# User networking, restricted: the guest (10.0.2.15) reaches nothing
+		# but the guestfwd addresses, each connection a new `busybox nc` to
+		# the host's loopback port (a tcp: chardev would carry one
+		# connection, opened at start); hostfwd reaches the guest's ports.
+		local netdev=user,id=net0,restrict=on fwd host guest
+		for fwd in "${guestfwds[@]}"; do
+			netdev+=",guestfwd=tcp:${fwd%%=*}-cmd:/bin/busybox nc 127.0.0.1 ${fwd#*=}"
+		done
+		for fwd in "${hostfwds[@]}"; do
+			host=${fwd%%=*} guest=${fwd#*=}
+			[[ $host == *:* ]] || host=127.0.0.1:$host
+			netdev+=",hostfwd=tcp:$host-10.0.2.15:$guest"
+		done
+		qemu+=(-netdev "$netdev" -device virtio-net-pci,netdev=net0)
+	else
+		qemu+=(-nic none)
+	fi
 	if [[ $ACCEL == kvm ]]; then
 		qemu+=(-accel kvm -cpu host)
 	else
@@ -791,7 +886,15 @@ main() {
 	local sub=$1
 	shift
 	case $sub in
-	prepare) cmd_prepare ;;
+	prepare)
+		[[ ${1:-} == "" || ${1:-} == --net ]] || die "prepare: unknown option $1"
+		cmd_prepare
+		if [[ ${1:-} == --net ]]; then
+			lock_cache
+			ensure_net_modules
+			unlock_cache
+		fi
+		;;
 	run) cmd_run "$@" ;;
 	accel) cmd_accel ;;
 	clean) rm -rf "$CACHE" ;;
