@@ -34,7 +34,14 @@ func (x *Actuator) PodFiles(path, podUID string, members []Member, listed []cri.
 	for _, m := range members {
 		cpu, mem = cpu || m.CPU, mem || m.Memory
 	}
-	return x.stored(path, podResources(podSum(podUID, members, listed)).Cgroup(x.Period, cpu, mem))
+	sum := podResources(podSum(podUID, members, listed))
+	r := sum.Cgroup(x.Period, cpu, mem)
+	if r.CPUWeight != nil {
+		// The kubelet's own conversion, not runc's (spec.SharesToPodWeight).
+		w := cgroup.MilliCPUToPodWeight(sum.CPURequest)
+		r.CPUWeight = &w
+	}
+	return x.stored(path, r)
 }
 
 // podSum lists the resources the pod cgroup sums over: the members', and
