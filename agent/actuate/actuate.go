@@ -272,7 +272,7 @@ func (j *job) restart(steps []step) Result {
 	for _, s := range steps {
 		switch {
 		case s.container:
-		case shrinks(j.ctr.cur, j.ctr.want, s.group):
+		case s.after:
 			after = append(after, s)
 		default:
 			before = append(before, s)
