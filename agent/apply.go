@@ -95,11 +95,17 @@ func reasonOf(err error) string {
 }
 
 // apply has the actuator write want to c's cgroups and finishes r. It runs
-// without the lock; c's worker is the only one touching c's cgroups.
+// without the lock; c's worker is the only one touching c's cgroups, and
+// the pod's resize lock makes its siblings wait from their sums to their
+// commits, so that the pod cgroup ends at the sum of what its members hold.
 func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 	a.mu.Lock()
 	pd, podUID := c.pod, c.podUID
 	a.mu.Unlock()
+	if pd != nil {
+		pd.resize.Lock()
+		defer pd.resize.Unlock()
+	}
 	var listed []cri.Container
 	if pd != nil {
 		listed = podContainers(context.Background(), a.act, a.log, podUID)

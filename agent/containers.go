@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -91,6 +92,12 @@ func (c *container) qos(res intent.Resources) corev1.PodQOSClass {
 type pod struct {
 	cgroup  string
 	members []*container
+	// resize is held by a member's apply from reading its siblings' values
+	// for the pod's sums to committing its own, so that resizes of a pod's
+	// containers at the same time each sum the others' committed values
+	// (the kubelet resizes a pod as one unit, doPodResizeAction). It is
+	// taken without a.mu held, and a.mu may be taken under it.
+	resize sync.Mutex
 }
 
 // pods are the pods of the managed containers, by pod cgroup path; a.mu
