@@ -152,7 +152,7 @@ func failed(reason, format string, args ...any) Result {
 }
 
 // write reads the levels, then writes the plan's steps in order.
-func (j *job) write() Result {
+func (j *job) write() (out Result) {
 	x := j.x
 	var err error
 	failedPath := j.ctr.path
@@ -177,10 +177,21 @@ func (j *job) write() Result {
 		return j.restart(steps)
 	}
 	if len(steps) == 0 {
-		return Result{State: intent.Completed, Reason: intent.ReasonNoChange, Message: "cgroup already holds the requested values"}
+		out := Result{State: intent.Completed, Reason: intent.ReasonNoChange, Message: "cgroup already holds the requested values"}
+		if note := j.recordInRuntime(steps); note != "" {
+			out.Message += "; " + note
+		}
+		return out
 	}
-	out := Result{State: intent.Completed, Reason: intent.ReasonApplied, Applied: map[string][]cgroup.Value{}, Via: "cgroup"}
+	out = Result{State: intent.Completed, Reason: intent.ReasonApplied, Applied: map[string][]cgroup.Value{}, Via: "cgroup"}
 	var notes []string
+	defer func() {
+		if out.State == intent.Completed {
+			if note := j.recordInRuntime(steps); note != "" {
+				out.Message += "; " + note
+			}
+		}
+	}()
 	for i, s := range steps {
 		how, note, err := j.writeStep(s)
 		if note != "" {
@@ -261,6 +272,36 @@ func (j *job) writeStep(s step) (how, note string, err error) {
 	timed(&j.took.Verify, func() { err = x.Cgroups.Write(s.path, s.resource) })
 	x.countWrite(s.resource, err)
 	return "runtime+cgroup", note, err
+}
+
+// recordInRuntime sends the runtime the declared resources of a runtime's
+// container that no step sent it because its files already held them, so
+// that the runtime's record ends as a kubelet-driven node's (where the
+// kubelet sends every resize to the runtime): 20m and 25m of requests give
+// the same cpu.weight, but not the same shares in containerd's record. It
+// says what it could not do; the files are right either way.
+func (j *job) recordInRuntime(steps []step) string {
+	if j.RuntimeID == "" || j.x.Runtime == nil {
+		return ""
+	}
+	var errs []string
+	for _, g := range groups { // memory, then CPU
+		declared := (g.name == "cpu" && j.CPU) || (g.name == "memory" && j.Memory)
+		if !declared || slices.ContainsFunc(steps, func(s step) bool { return s.container && s.group == g.name }) {
+			continue
+		}
+		ctx, cancel := j.runtimeCtx(runtimeTimeout)
+		err := j.x.Runtime.Update(ctx, j.RuntimeID, criResources(j.Want, g.name == "cpu", g.name == "memory", j.x.Period))
+		cancel()
+		j.x.countRuntime(err)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", g.name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return "the runtime's record of the container could not be brought in line (" + strings.Join(errs, "; ") + ")"
+	}
+	return ""
 }
 
 // restart applies a resize by restarting the container with its new
