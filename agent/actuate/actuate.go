@@ -104,8 +104,12 @@ type StepError struct {
 	Rollback error // undoing the steps done before it; nil when it worked
 }
 
-// runtimeTimeout bounds the runtime's part of one resize.
-const runtimeTimeout = 30 * time.Second
+// runtimeTimeout bounds one runtime call of a resize, as the kubelet's
+// --runtime-request-timeout does (2 minutes, cri.DefaultTimeout).
+const runtimeTimeout = cri.DefaultTimeout
+
+// restartTimeout bounds a restart: its calls and retries (cri.Restart).
+const restartTimeout = 10 * time.Minute
 
 // job is one call of Do: the Job with what was read of the files.
 type job struct {
@@ -333,7 +337,7 @@ func (j *job) restart(steps []step) Result {
 			return failed(intent.ReasonRestartFailed, "container %s not restarted: %v", j.RuntimeID, err)
 		}
 	}
-	ctx, cancel := j.runtimeCtx(runtimeTimeout + 10*time.Second)
+	ctx, cancel := j.runtimeCtx(restartTimeout)
 	defer cancel()
 	var ct cri.Container
 	var err error
@@ -343,6 +347,9 @@ func (j *job) restart(steps []step) Result {
 	x.countRuntime(err)
 	if err != nil {
 		j.rollback(before)
+		if re := (*cri.RestartError)(nil); errors.As(err, &re) && re.Running == "" {
+			return failed(intent.ReasonRestartLostContainer, "restarting container %s: %v", j.RuntimeID, err)
+		}
 		return failed(intent.ReasonRestartFailed, "restarting container %s: %v", j.RuntimeID, err)
 	}
 	out := Result{State: intent.Completed, Reason: intent.ReasonApplied, Restarted: &ct, Applied: map[string][]cgroup.Value{}}
