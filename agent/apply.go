@@ -123,7 +123,7 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 	restartedBefore := r.restarting != "" && r.restarting != runtimeID
 	job := actuate.Job{
 		Want: want, Old: old, CPU: cpu, Memory: mem, RuntimeID: runtimeID,
-		Restart:               runtimeID != "" && a.restartNeeded(r.Spec, old, want, reported, runtimeID == rid) && !restartedBefore,
+		Restart:               runtimeID != "" && a.restartNeeded(r.Spec, old, want, reported, runtimeID == rid, c.mem) && !restartedBefore,
 		AllowMemoryBelowUsage: r.Spec.AllowMemoryBelowUsage,
 		Container:             actuate.Level{Path: c.cgroup, Want: a.act.ContainerFiles(c.cgroup, want, cpu, mem)},
 		BeforeRestart:         func() error { return a.markRestarting(r, runtimeID) },
@@ -198,13 +198,18 @@ func (a *Agent) reportedFor(id string, spec intent.Spec) *cri.Resources {
 // really changes, judged as the kubelet judges it
 // (computePodResizeAction): against what the runtime reports for the
 // container (actuate.RuntimeDiffers), and, when it cannot say (or said it
-// of another container: current false), against the agent's record.
-func (a *Agent) restartNeeded(spec intent.Spec, old, want intent.Resources, reported *cri.Resources, current bool) bool {
+// of another container: current false), against the agent's record. The
+// memory request never reaches the runtime: like the kubelet, which keeps
+// it in its checkpoint, the agent judges it by its record, when an intent
+// declared it before (memDeclared); a first intent's memory request is
+// not a change.
+func (a *Agent) restartNeeded(spec intent.Spec, old, want intent.Resources, reported *cri.Resources, current, memDeclared bool) bool {
 	if reported == nil || !current {
 		return needsRestart(spec, old, want)
 	}
 	pol, _ := intent.Policies(spec.ResizePolicy)
 	cpu, mem := actuate.RuntimeDiffers(*reported, want, a.period)
+	mem = mem || (memDeclared && old.MemoryRequest != want.MemoryRequest)
 	return (pol[corev1.ResourceCPU] == corev1.RestartContainer && cpu) || (pol[corev1.ResourceMemory] == corev1.RestartContainer && mem)
 }
 

@@ -35,8 +35,9 @@ func podIntent(name, uid string, req, lim map[string]string, restart ...corev1.R
 // TestRestartOnlyWhenTheRuntimeValuesChange: under RestartContainer, the
 // first intent for a container that asks for what it has does not restart
 // it (issue 18 item 1: the agent did not know the requests and counted it
-// as a change); a change under that policy does; a change the runtime
-// never sees (the memory request) does not.
+// as a change); a change under another resource's policy does not; a
+// change under that policy does, the memory request included once the
+// agent knows it (the kubelet judges it by its checkpoint).
 func TestRestartOnlyWhenTheRuntimeValuesChange(t *testing.T) {
 	ra := agenttest.NewRuntimeAgent(t, bigNode)
 	ct := ra.AddContainer(t, "uid-1", "app", "/kubepods/burstable/poduid-1/app")
@@ -48,10 +49,15 @@ func TestRestartOnlyWhenTheRuntimeValuesChange(t *testing.T) {
 	if it.Status.Restarted {
 		t.Errorf("restarted for the values it has: %s", it.Status.Message)
 	}
-	it = submit(t, ra.Agent, podIntent("app", "uid-1", map[string]string{"memory": "128Mi"}, nil, both...))
+	it = submit(t, ra.Agent, podIntent("app", "uid-1", map[string]string{"memory": "96Mi"}, nil, corev1.ResourceCPU))
 	want(t, it, intent.Completed, "")
 	if it.Status.Restarted {
-		t.Errorf("restarted for a memory request, which the runtime never sees: %s", it.Status.Message)
+		t.Errorf("restarted for a memory request under a CPU-only restart policy: %s", it.Status.Message)
+	}
+	it = submit(t, ra.Agent, podIntent("app", "uid-1", map[string]string{"memory": "128Mi"}, nil, both...))
+	want(t, it, intent.Completed, "")
+	if !it.Status.Restarted {
+		t.Errorf("not restarted for a memory request under RestartContainer: %s", it.Status.Message)
 	}
 	it = submit(t, ra.Agent, podIntent("app", "uid-1", nil, map[string]string{"memory": "192Mi"}, corev1.ResourceMemory))
 	want(t, it, intent.Completed, "")

@@ -133,7 +133,7 @@ func FromRuntime(r cri.Resources) intent.Resources {
 // the kubelet judges a resize by when it decides to restart a container
 // for a RestartContainer policy (computePodResizeAction compares the
 // desired shares, quota and memory limit with the container's status).
-// The memory request does not reach the runtime and never counts.
+// The memory request does not reach the runtime and is not judged here.
 func RuntimeDiffers(reported cri.Resources, want intent.Resources, period uint64) (cpu, mem bool) {
 	w := criResources(want, true, true, period)
 	shares := func(v int64) int64 { return max(v, cgroup.MinShares) }
