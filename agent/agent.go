@@ -245,6 +245,7 @@ type resolved struct {
 	key, cgroup string
 	pod         string // the kubelet's pod cgroup of a runtime container, if any
 	ctr         *cri.Container
+	listed      []cri.Container // the running containers of ctr's pod, by the runtime
 }
 
 // resolve finds a target, asking the runtime for a runtime's container. It
@@ -281,7 +282,13 @@ func (a *Agent) resolve(t intent.Target) (resolved, error) {
 	if ct.PodUID != "" {
 		key = Key{PodUID: ct.PodUID, Name: ct.Name}
 	}
-	return resolved{key: key.String(), cgroup: p, pod: podCgroupOf(p, ct.PodUID), ctr: &ct}, nil
+	out := resolved{key: key.String(), cgroup: p, pod: podCgroupOf(p, ct.PodUID), ctr: &ct}
+	if ct.PodUID != "" {
+		// For the pod's QoS class, which the containers the agent does
+		// not manage count in too.
+		out.listed = podContainers(ctx, a.act, a.log, ct.PodUID)
+	}
+	return out, nil
 }
 
 // containerLocked finds or, on first sight, registers the target. A new
@@ -307,6 +314,7 @@ func (a *Agent) containerLocked(t intent.Target, res resolved) (*container, erro
 			c.runtimeID, c.cgroup = res.ctr.ID, res.cgroup
 			a.exits.follow(c, old)
 		}
+		a.learnRuntimeLocked(c, res)
 		return c, nil
 	}
 	for _, c := range a.containers {
@@ -343,8 +351,24 @@ func (a *Agent) containerLocked(t intent.Target, res resolved) (*container, erro
 	c.pod = a.pods.join(t.PodCgroupPath, c)
 	a.exits.follow(c, "")
 	a.ledger.Set(c.key, requests(c.res))
-	a.log.Info("container registered", "container", c.name, "cgroup", c.cgroup, "runtimeID", c.runtimeID, "inferred", c.res.String())
+	a.learnRuntimeLocked(c, res)
+	a.log.Info("container registered", "container", c.name, "cgroup", c.cgroup, "runtimeID", c.runtimeID, "inferred", c.res.String(), "fromRuntime", c.reported)
 	return c, nil
+}
+
+// learnRuntimeLocked takes what the runtime reported at resolve time for
+// c's undeclared resources and for its pod's other containers. It holds
+// nothing on the ledger until an intent is admitted.
+func (a *Agent) learnRuntimeLocked(c *container, res resolved) {
+	if res.ctr == nil || res.ctr.ID != c.runtimeID {
+		return
+	}
+	if r, ok := reportedResources(res.ctr.Resources); ok {
+		c.adoptReported(r)
+	}
+	if c.pod != nil && res.listed != nil {
+		c.pod.setOthers(res.listed)
+	}
 }
 
 func (r resolved) podUID() string {
@@ -362,12 +386,17 @@ func requests(r intent.Resources) admission.Capacity {
 // ledger: the merged resources are valid, the QoS class stays the same, and
 // no resource that changes needs a restart the agent cannot do.
 func (a *Agent) admissibleLocked(c *container, spec intent.Spec, ch intent.Change) (intent.Resources, error) {
-	want, err := ch.Apply(c.res, !c.cpu, !c.mem)
+	freshCPU, freshMem := c.fresh()
+	want, err := ch.Apply(c.res, freshCPU, freshMem)
 	if err != nil {
 		return want, err
 	}
-	// The QoS class is known only once both resources are declared.
-	if c.cpu && c.mem {
+	if err := removals(c.res, ch); err != nil {
+		return want, err
+	}
+	// The QoS class is judged once the container's resources are known:
+	// reported by the runtime, or declared.
+	if c.known() {
 		before, after := c.qos(c.res), c.qos(want)
 		if before != after {
 			return want, fmt.Errorf("%w: %s: the resize would change the QoS class from %s to %s, which in-place resize does not allow",
@@ -379,6 +408,30 @@ func (a *Agent) admissibleLocked(c *container, spec intent.Spec, ch intent.Chang
 			intent.ErrInvalid, c.cgroup)
 	}
 	return want, nil
+}
+
+// removals refuses what the Kubernetes API refuses of an in-place resize
+// (pkg/apis/core/validation/validation.go, ValidatePodResize): a limit the
+// container has cannot be removed (set to 0), nor can a request.
+func removals(cur intent.Resources, ch intent.Change) error {
+	var out []string
+	removes := func(v *int64, had int64) bool { return v != nil && *v == 0 && had > 0 }
+	if removes(ch.CPULimit, cur.CPULimit) {
+		out = append(out, "limits.cpu: resource limits cannot be removed (it is "+intent.FormatCPU(cur.CPULimit)+")")
+	}
+	if removes(ch.MemoryLimit, cur.MemoryLimit) {
+		out = append(out, "limits.memory: resource limits cannot be removed (it is "+intent.FormatMemory(cur.MemoryLimit)+")")
+	}
+	if removes(ch.CPURequest, cur.CPURequest) {
+		out = append(out, "requests.cpu: resource requests cannot be removed (it is "+intent.FormatCPU(cur.CPURequest)+")")
+	}
+	if removes(ch.MemoryRequest, cur.MemoryRequest) {
+		out = append(out, "requests.memory: resource requests cannot be removed (it is "+intent.FormatMemory(cur.MemoryRequest)+")")
+	}
+	if len(out) > 0 {
+		return fmt.Errorf("%w: %s", intent.ErrInvalid, strings.Join(out, "; "))
+	}
+	return nil
 }
 
 // needsRestart reports whether a resource whose policy is RestartContainer

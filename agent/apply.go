@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -95,15 +96,22 @@ func reasonOf(err error) string {
 }
 
 // apply has the actuator write want to c's cgroups and finishes r. It runs
-// without the lock; c's worker is the only one touching c's cgroups.
+// without the lock; c's worker is the only one touching c's cgroups, and
+// the pod's resize lock makes its siblings wait from their sums to their
+// commits, so that the pod cgroup ends at the sum of what its members hold.
 func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 	a.mu.Lock()
-	pd, podUID := c.pod, c.podUID
+	pd, podUID, rid := c.pod, c.podUID, c.runtimeID
 	a.mu.Unlock()
+	if pd != nil {
+		pd.resize.Lock()
+		defer pd.resize.Unlock()
+	}
 	var listed []cri.Container
 	if pd != nil {
 		listed = podContainers(context.Background(), a.act, a.log, podUID)
 	}
+	reported := a.reportedFor(rid, r.Spec)
 
 	a.mu.Lock()
 	old, runtimeID := c.res, c.runtimeID
@@ -115,7 +123,7 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 	restartedBefore := r.restarting != "" && r.restarting != runtimeID
 	job := actuate.Job{
 		Want: want, Old: old, CPU: cpu, Memory: mem, RuntimeID: runtimeID,
-		Restart:               runtimeID != "" && needsRestart(r.Spec, old, want) && !restartedBefore,
+		Restart:               runtimeID != "" && a.restartNeeded(r.Spec, old, want, reported, runtimeID == rid, c.mem) && !restartedBefore,
 		AllowMemoryBelowUsage: r.Spec.AllowMemoryBelowUsage,
 		Container:             actuate.Level{Path: c.cgroup, Want: a.act.ContainerFiles(c.cgroup, want, cpu, mem)},
 		BeforeRestart:         func() error { return a.markRestarting(r, runtimeID) },
@@ -164,6 +172,45 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 	if c.exited != "" && c.exited == c.cgroup && c.pending == nil && c.admitted == nil {
 		a.exitedLocked(c)
 	}
+}
+
+// reportedFor asks the runtime what it reports for container id's
+// resources, when spec has a RestartContainer policy to judge by it; nil
+// when there is nothing to judge or the runtime cannot say.
+func (a *Agent) reportedFor(id string, spec intent.Spec) *cri.Resources {
+	pol, _ := intent.Policies(spec.ResizePolicy)
+	if id == "" || a.rt == nil || (pol[corev1.ResourceCPU] != corev1.RestartContainer && pol[corev1.ResourceMemory] != corev1.RestartContainer) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	ct, err := a.rt.Get(ctx, id)
+	if err != nil || ct.Resources == (cri.Resources{}) {
+		if err != nil {
+			a.log.Warn("cannot read the container's resources from the runtime; the restart is judged by the agent's record", "container", id, "err", err)
+		}
+		return nil
+	}
+	return &ct.Resources
+}
+
+// restartNeeded reports whether a resource whose policy is RestartContainer
+// really changes, judged as the kubelet judges it
+// (computePodResizeAction): against what the runtime reports for the
+// container (actuate.RuntimeDiffers), and, when it cannot say (or said it
+// of another container: current false), against the agent's record. The
+// memory request never reaches the runtime: like the kubelet, which keeps
+// it in its checkpoint, the agent judges it by its record, when an intent
+// declared it before (memDeclared); a first intent's memory request is
+// not a change.
+func (a *Agent) restartNeeded(spec intent.Spec, old, want intent.Resources, reported *cri.Resources, current, memDeclared bool) bool {
+	if reported == nil || !current {
+		return needsRestart(spec, old, want)
+	}
+	pol, _ := intent.Policies(spec.ResizePolicy)
+	cpu, mem := actuate.RuntimeDiffers(*reported, want, a.period)
+	mem = mem || (memDeclared && old.MemoryRequest != want.MemoryRequest)
+	return (pol[corev1.ResourceCPU] == corev1.RestartContainer && cpu) || (pol[corev1.ResourceMemory] == corev1.RestartContainer && mem)
 }
 
 // podContainers lists a pod's running containers for the pod cgroup's sum;

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cri"
 )
 
 // Key addresses a managed container the way an intake knows it: a
@@ -50,6 +52,10 @@ type container struct {
 	// The agent writes only the files of declared resources.
 	res      intent.Resources
 	cpu, mem bool
+	// reported: the undeclared resources of res are what the runtime
+	// reports for the container (reportedResources), not a guess from its
+	// cgroup, and so are its requests.
+	reported bool
 	pending  *record // the next intent to run: Proposed or Deferred
 	running  bool
 	last     string // ID of the last intent to reach a terminal state
@@ -72,7 +78,9 @@ func (c *container) podPath() string {
 
 func idle(c *container) bool { return !c.running && c.pending == nil }
 
-// qos is the QoS class of c's pod (or of c alone) if c had res.
+// qos is the QoS class of c's pod (or of c alone) if c had res: over the
+// managed members and the pod's other containers as the runtime reports
+// them.
 func (c *container) qos(res intent.Resources) corev1.PodQOSClass {
 	all := []intent.Resources{res}
 	if c.pod != nil {
@@ -81,8 +89,46 @@ func (c *container) qos(res intent.Resources) corev1.PodQOSClass {
 				all = append(all, o.res)
 			}
 		}
+		all = append(all, c.pod.others...)
 	}
 	return intent.QOSClass(all...)
+}
+
+// known reports whether c's requests and limits are all known, so that its
+// QoS class can be judged: declared, or reported by the runtime.
+func (c *container) known() bool { return c.reported || (c.cpu && c.mem) }
+
+// fresh says, per resource, whether an intent's limit given without its
+// request also sets the request (intent.Change.Apply): only for a
+// resource neither declared nor reported by the runtime.
+func (c *container) fresh() (cpu, mem bool) {
+	return !c.cpu && !c.reported, !c.mem && !c.reported
+}
+
+// adoptReported takes what the runtime reports for the container as its
+// resources, for those no intent has declared.
+func (c *container) adoptReported(r intent.Resources) {
+	c.reported = true
+	if !c.cpu {
+		c.res.CPURequest, c.res.CPULimit = r.CPURequest, r.CPULimit
+	}
+	if !c.mem {
+		c.res.MemoryRequest, c.res.MemoryLimit = r.MemoryRequest, r.MemoryLimit
+	}
+}
+
+// reportedResources is what the runtime's record of a container (CRI
+// ContainerStatus resources) says of its requests and limits, false when
+// it reports none. The memory request never reaches the runtime: it is
+// taken equal to the memory limit, as the API server defaults a request to
+// its limit, and 0 without one.
+func reportedResources(r cri.Resources) (intent.Resources, bool) {
+	if r == (cri.Resources{}) {
+		return intent.Resources{}, false
+	}
+	out := actuate.FromRuntime(r)
+	out.MemoryRequest = out.MemoryLimit
+	return out, true
 }
 
 // pod is a pod-level cgroup the agent keeps in step with the managed
@@ -91,6 +137,15 @@ func (c *container) qos(res intent.Resources) corev1.PodQOSClass {
 type pod struct {
 	cgroup  string
 	members []*container
+	// others are the pod's running containers the agent does not manage,
+	// as the runtime last reported them (for the QoS class).
+	others []intent.Resources
+	// resize is held by a member's apply from reading its siblings' values
+	// for the pod's sums to committing its own, so that resizes of a pod's
+	// containers at the same time each sum the others' committed values
+	// (the kubelet resizes a pod as one unit, doPodResizeAction). It is
+	// taken without a.mu held, and a.mu may be taken under it.
+	resize sync.Mutex
 }
 
 // pods are the pods of the managed containers, by pod cgroup path; a.mu
@@ -145,6 +200,17 @@ func (p *pod) speaker() *container {
 		}
 	}
 	return s
+}
+
+// setOthers records the listed containers that are not members.
+func (p *pod) setOthers(listed []cri.Container) {
+	p.others = p.others[:0]
+	for _, ct := range listed {
+		if !slices.ContainsFunc(p.members, func(o *container) bool { return o.runtimeID == ct.ID }) {
+			r, _ := reportedResources(ct.Resources)
+			p.others = append(p.others, r)
+		}
+	}
 }
 
 func (p *pod) idle() bool {

@@ -30,7 +30,8 @@ func (a *Agent) retryDeferredLocked() {
 		if r == nil || r.Status.State != intent.Deferred {
 			continue
 		}
-		want, err := r.change.Apply(c.res, !c.cpu, !c.mem)
+		freshCPU, freshMem := c.fresh()
+		want, err := r.change.Apply(c.res, freshCPU, freshMem)
 		if err != nil {
 			want = c.res // admitLocked fails it with the reason
 		}

@@ -187,7 +187,7 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 			if p.podUID != "" && a.rt != nil {
 				p.listed = podContainers(ctx, a.act, a.log, p.podUID)
 			}
-			p.podWant = p.podWantWith(a.act, p.c.res)
+			p.podWant = p.podWantWith(a.act, p.members[0].Resources)
 		}
 		p.st, p.readErr = a.cg.Read(p.path)
 		if p.readErr != nil {

@@ -22,7 +22,7 @@ func TestKernelBusyFailsAndRollsBack(t *testing.T) {
 	var busy atomic.Bool
 	busy.Store(true)
 	f.cg.fail = func(p string, r cgroup.Resources) error {
-		if busy.Load() && r.MemoryMax != nil {
+		if busy.Load() && r.MemoryMax != nil && p == "/pod/web" {
 			return &cgroup.WriteError{Path: p, File: cgroup.FileMemoryMax, Value: "268435456", Err: syscall.EBUSY}
 		}
 		return nil
@@ -34,7 +34,9 @@ func TestKernelBusyFailsAndRollsBack(t *testing.T) {
 		}
 		return b.String()
 	}
-	before := files()
+	// The pod's memory.max grows with the resize, so it is written first.
+	cgrouptest.SetFile(t, f.root, "/pod", "memory.max", "134217728")
+	before, podBefore := files(), "134217728"
 	s := spec("web", "/pod/web", map[string]string{"cpu": "500m", "memory": "128Mi"}, map[string]string{"cpu": "1", "memory": "256Mi"})
 	s.Target.PodCgroupPath = "/pod"
 	it := submit(t, f.a, s)
@@ -45,10 +47,12 @@ func TestKernelBusyFailsAndRollsBack(t *testing.T) {
 		}
 	}
 	if got := files(); got != before {
-		t.Errorf("after the refused write: %s, want %s (the cpu steps undone)", got, before)
+		t.Errorf("after the refused write: %s, want %s (nothing of CPU written: memory goes first)", got, before)
 	}
-	if got := cgrouptest.ReadFile(t, f.root, "/pod", "cpu.weight"); got != "100" {
-		t.Errorf("pod cpu.weight = %s, want it undone to 100", got)
+	// Memory goes first (the kubelet's order): the pod's memory.max grew
+	// before the container's write failed, and is undone.
+	if got := cgrouptest.ReadFile(t, f.root, "/pod", "memory.max"); got != podBefore {
+		t.Errorf("pod memory.max = %s, want it undone to %s", got, podBefore)
 	}
 	if n := f.l.Allocated(); n != (admission.Capacity{}) {
 		t.Errorf("a failed intent holds %+v on the ledger", n)

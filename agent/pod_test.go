@@ -10,7 +10,6 @@ import (
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/agenttest"
 	"github.com/resizer/resize-agent/agent/intent"
-	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -35,8 +34,8 @@ func TestPodCgroupCountsUnmanagedContainers(t *testing.T) {
 	s.Resources.Limits = list2(map[string]string{"cpu": "1", "memory": "128Mi"})
 	want(t, submit(t, ra.Agent, s), intent.Completed, "")
 	for file, v := range map[string]string{
-		"cpu.max":    "150000 100000",                     // 1 + 500m
-		"cpu.weight": itoa(cgroup.MilliCPUToWeight(1500)), // shares 512 read back as 500m
+		"cpu.max":    "150000 100000", // 1 + 500m
+		"cpu.weight": "59",            // 1500m, the kubelet's linear rule (runc's would give 138)
 		"memory.max": itoa(192 << 20),
 	} {
 		if got := ra.File(t, pod, file); got != v {

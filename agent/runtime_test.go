@@ -125,10 +125,10 @@ func TestRuntimeUpdateIsVerifiedOnTheFiles(t *testing.T) {
 	if it.Status.Via != "runtime" {
 		t.Errorf("via %q (%s)", it.Status.Via, it.Status.Message)
 	}
-	// Per resource, as the kubelet does: cpu first (with memory left
-	// alone), then memory.
-	if len(rt.updates) != 2 || rt.updates[0] != (cri.Resources{CPUPeriod: 100000, CPUQuota: 100000, CPUShares: 512}) ||
-		rt.updates[1] != (cri.Resources{MemoryLimit: 128 << 20}) {
+	// Per resource, as the kubelet 1.34-1.37 does: memory first (with CPU
+	// left alone), then CPU.
+	if len(rt.updates) != 2 || rt.updates[1] != (cri.Resources{CPUPeriod: 100000, CPUQuota: 100000, CPUShares: 512}) ||
+		rt.updates[0] != (cri.Resources{MemoryLimit: 128 << 20}) {
 		t.Errorf("updates %+v", rt.updates)
 	}
 	if len(f.cg.Writes()) != 0 {

@@ -77,6 +77,31 @@ func TestMilliCPUToWeight(t *testing.T) {
 	}
 }
 
+// The kubelet's own conversion for the cgroups it writes (pod, QoS). The
+// first four come from the kubelet's test (pkg/kubelet/cm/
+// cgroup_manager_linux_test.go, TestGetCpuWeight: 2 -> 1, 262144 -> 10000,
+// 1e9 -> 10000; nil -> 0 is our 0); the others are worked out by hand from
+// 1 + (shares-2)*9999/262142, and are the figures a real node holds (1 CPU
+// of requests: 39, where runc's formula gives 100).
+func TestSharesToPodWeight(t *testing.T) {
+	for _, tc := range []struct{ shares, weight uint64 }{
+		{0, 0}, {2, 1}, {262144, 10000}, {1000000000, 10000},
+		{1, 1}, {3, 1}, {102, 4}, {512, 20}, {1024, 39}, {4096, 157}, {262143, 9999},
+	} {
+		if got := cgroup.SharesToPodWeight(tc.shares); got != tc.weight {
+			t.Errorf("SharesToPodWeight(%d) = %d, want %d", tc.shares, got, tc.weight)
+		}
+	}
+	for _, tc := range []struct {
+		milli  int64
+		weight uint64
+	}{{0, 1}, {100, 4}, {1000, 39}, {4000, 157}} {
+		if got := cgroup.MilliCPUToPodWeight(tc.milli); got != tc.weight {
+			t.Errorf("MilliCPUToPodWeight(%d) = %d, want %d", tc.milli, got, tc.weight)
+		}
+	}
+}
+
 // spec.SharesToWeight writes runc's formula out so that the spec package
 // stays a leaf; it must equal the library's function over the whole domain
 // (and past its ends).

@@ -47,6 +47,13 @@ func SharesToWeight(shares uint64) uint64 { return spec.SharesToWeight(shares) }
 // MilliCPUToWeight is spec.MilliCPUToWeight.
 func MilliCPUToWeight(milliCPU int64) uint64 { return spec.MilliCPUToWeight(milliCPU) }
 
+// SharesToPodWeight is spec.SharesToPodWeight (the kubelet's conversion, for
+// pod cgroups).
+func SharesToPodWeight(shares uint64) uint64 { return spec.SharesToPodWeight(shares) }
+
+// MilliCPUToPodWeight is spec.MilliCPUToPodWeight.
+func MilliCPUToPodWeight(milliCPU int64) uint64 { return spec.MilliCPUToPodWeight(milliCPU) }
+
 // ParseCPUMax is spec.ParseCPUMax.
 func ParseCPUMax(s string) (CPUMax, error) { return spec.ParseCPUMax(s) }
 

@@ -280,14 +280,16 @@ func SystemdProperties(r Resources) []sddbus.Property {
 
 // SystemdStored returns what the files hold once systemd has applied
 // SystemdProperties(r): cpu.max's quota becomes QuotaPerSec scaled back to
-// the period (rounded up, at least 1ms, as systemd's cgroup_apply_unified
-// does); the weight and memory.max are as given.
+// the period, truncated and at least 1ms, as systemd writes it
+// (src/core/cgroup.c cgroup_apply_unified_cpu_quota: MAX(quota * period /
+// USEC_PER_SEC, USEC_PER_MSEC)); with a period that is not a multiple of
+// 100µs the truncation shows. The weight and memory.max are as given.
 func SystemdStored(r Resources) Resources {
 	if r.CPUMax == nil || r.CPUMax.Quota == Unlimited {
 		return r
 	}
 	perSec := QuotaPerSec(*r.CPUMax)
-	q := (perSec*r.CPUMax.Period + 999999) / 1000000
+	q := perSec * r.CPUMax.Period / 1000000
 	if q < 1000 {
 		q = 1000
 	}

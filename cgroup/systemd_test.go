@@ -139,6 +139,11 @@ func TestQuotaRounding(t *testing.T) {
 		{1001, 100000, 20000, 2000},       // just above a step: up to the next
 		{33333, 50000, 670000, 33500},     // odd period: 666660 -> 670000
 		{25000, 1000000, 30000, 30000},    // 1s period: 25ms -> 30ms
+		// A period not a multiple of 100µs: systemd truncates the quota
+		// per period (310000 * 33333 / 1e6 = 10333.2), it does not round up.
+		{10000, 33333, 310000, 10333},
+		{50000, 100001, 500000, 50000}, // 50000.5 -> 50000
+		{1000, 1001, 1000000, 1001},    // a whole CPU on an odd period
 	} {
 		c := cgroup.CPUMax{Quota: tc.quota, Period: tc.period}
 		if got := cgroup.QuotaPerSec(c); got != tc.perSec {

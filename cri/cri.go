@@ -98,7 +98,12 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithTimeout bounds each call (default 10s).
+// DefaultTimeout bounds each runtime call, as the kubelet's
+// --runtime-request-timeout default does (2 minutes): a slow node's
+// runtime is waited for rather than given up on mid-restart.
+const DefaultTimeout = 2 * time.Minute
+
+// WithTimeout bounds each call (default DefaultTimeout).
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
 // Dial connects to a CRI endpoint ("unix:///path" or a plain path). The
@@ -122,7 +127,7 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CRI endpoint %q: %w", endpoint, err)
 	}
-	c := &Client{conn: conn, rt: runtimeapi.NewRuntimeServiceClient(conn), timeout: 10 * time.Second}
+	c := &Client{conn: conn, rt: runtimeapi.NewRuntimeServiceClient(conn), timeout: DefaultTimeout}
 	for _, o := range opts {
 		o(c)
 	}
@@ -289,11 +294,14 @@ func (c *Client) Update(ctx context.Context, id string, r Resources) error {
 }
 
 // Restart replaces the container by a new attempt of it with resources r:
-// it stops the container, creates the next attempt from the config the
-// runtime recorded (with r and the restart count raised), starts it and
-// removes the old one. It returns the new container. This is what the
+// it creates the next attempt from the config the runtime recorded (with r
+// and the restart count raised), stops the container, starts the new one
+// and removes the old one. It returns the new container. This is what the
 // kubelet does for a resize whose policy is RestartContainer; only this
-// container is restarted, not its pod.
+// container is restarted, not its pod. Once the old container is stopped,
+// creating and starting the new one are retried (a start that timed out is
+// checked, as it may have completed); an error is a *RestartError, which
+// says whether a container was left running.
 func (c *Client) Restart(ctx context.Context, id string, r Resources, stopTimeout time.Duration) (Container, error) {
 	_, vi, err := c.status(ctx, id)
 	if err != nil {
@@ -329,26 +337,100 @@ func (c *Client) Restart(ctx context.Context, id string, r Resources, stopTimeou
 	n, _ := strconv.Atoi(cfg.Annotations[AnnotationRestartCount])
 	cfg.Annotations[AnnotationRestartCount] = strconv.Itoa(n + 1)
 
+	create := func() (string, error) {
+		cctx, cancel := c.ctx(ctx)
+		defer cancel()
+		created, err := c.rt.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{PodSandboxId: vi.SandboxID, Config: cfg, SandboxConfig: sbInfo.Config})
+		if err != nil {
+			return "", wrap("CRI CreateContainer", err)
+		}
+		return created.ContainerId, nil
+	}
+	// The next attempt is created before the old one is stopped, so that a
+	// runtime that cannot create it leaves the old one running.
+	newID, err := create()
+	if err != nil {
+		return Container{}, &RestartError{Running: id, Stage: "create", Err: err}
+	}
 	stopCtx, cancel := context.WithTimeout(ctx, stopTimeout+c.timeout)
 	_, err = c.rt.StopContainer(stopCtx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(stopTimeout / time.Second)})
 	cancel()
 	if err != nil {
-		return Container{}, fmt.Errorf("%w: %w", ErrRestart, wrap("CRI StopContainer "+id, err))
+		c.remove(ctx, newID)
+		running := id
+		if st, serr := c.Get(ctx, id); serr == nil && !st.Running() {
+			running = ""
+		}
+		return Container{}, &RestartError{Running: running, Stage: "stop", Err: wrap("CRI StopContainer "+id, err)}
 	}
-	cctx, cancel := c.ctx(ctx)
-	created, err := c.rt.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{PodSandboxId: vi.SandboxID, Config: cfg, SandboxConfig: sbInfo.Config})
-	cancel()
-	if err != nil {
-		return Container{}, fmt.Errorf("%w: the old container is stopped, the new one was not created: %w", ErrRestart, wrap("CRI CreateContainer", err))
+	// The old container is stopped: from here the restart retries until a
+	// new one runs or its tries run out.
+	var errs []error
+	for try := 0; ; try++ {
+		if newID == "" {
+			if newID, err = create(); err != nil {
+				errs = append(errs, fmt.Errorf("create: %w", err))
+			}
+		}
+		if newID != "" {
+			cctx, cancel := c.ctx(ctx)
+			_, err = c.rt.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: newID})
+			cancel()
+			if err == nil {
+				break
+			}
+			// A start that timed out here may have completed in the runtime.
+			if st, serr := c.Get(ctx, newID); serr == nil && st.Running() {
+				break
+			}
+			errs = append(errs, fmt.Errorf("start %s: %w", newID, wrap("CRI StartContainer", err)))
+			c.remove(ctx, newID)
+			newID = ""
+			cfg.Metadata.Attempt++ // a new name for the next try
+		}
+		if try+1 >= restartTries || ctx.Err() != nil {
+			return Container{}, &RestartError{Stage: "start", Err: errors.Join(errs...)}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(restartBackoff << try):
+		}
 	}
-	cctx, cancel = c.ctx(ctx)
-	_, err = c.rt.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: created.ContainerId})
-	cancel()
-	if err != nil {
-		return Container{}, fmt.Errorf("%w: new container %s did not start: %w", ErrRestart, created.ContainerId, wrap("CRI StartContainer", err))
-	}
-	cctx, cancel = c.ctx(ctx)
-	_, _ = c.rt.RemoveContainer(cctx, &runtimeapi.RemoveContainerRequest{ContainerId: id})
-	cancel()
-	return c.Get(ctx, created.ContainerId)
+	c.remove(ctx, id)
+	return c.Get(ctx, newID)
 }
+
+// remove removes a container, best effort: a container left behind is
+// garbage the runtime's own collection or the kubelet removes.
+func (c *Client) remove(ctx context.Context, id string) {
+	cctx, cancel := c.ctx(ctx)
+	defer cancel()
+	_, _ = c.rt.RemoveContainer(cctx, &runtimeapi.RemoveContainerRequest{ContainerId: id})
+}
+
+// How often Restart tries to create and start the next attempt once the
+// old one is stopped, and the pause before the second try (doubled after).
+const (
+	restartTries   = 4
+	restartBackoff = 250 * time.Millisecond
+)
+
+// RestartError is a restart that did not complete, with the container it
+// left running: the old one (Running is its ID) when the runtime failed
+// before stopping it, none ("") when the old one was stopped and no new
+// attempt could be started. It matches ErrRestart.
+type RestartError struct {
+	Running string
+	Stage   string // create, stop or start
+	Err     error
+}
+
+func (e *RestartError) Error() string {
+	left := "no running container is left (the old one is stopped)"
+	if e.Running != "" {
+		left = "container " + e.Running + " is still running with its old resources"
+	}
+	return fmt.Sprintf("%v at %s: %v; %s", ErrRestart, e.Stage, e.Err, left)
+}
+
+func (e *RestartError) Unwrap() []error { return []error{ErrRestart, e.Err} }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -155,7 +156,101 @@ func TestRestartCreatesNextAttempt(t *testing.T) {
 		created.Config.Annotations[cri.AnnotationRestartCount] != "1" || created.SandboxConfig.Metadata.Uid != "uid-1" {
 		t.Errorf("create request %v", created)
 	}
-	if got := strings.Join(r.Calls(), ","); got != "ContainerStatus,PodSandboxStatus,StopContainer,CreateContainer,StartContainer,RemoveContainer,ContainerStatus" {
+	if got := strings.Join(r.Calls(), ","); got != "ContainerStatus,PodSandboxStatus,CreateContainer,StopContainer,StartContainer,RemoveContainer,ContainerStatus" {
 		t.Errorf("calls %s", got)
 	}
+}
+
+// restartRuntime is a runtime for Restart whose create and start answer
+// from the given funcs; c1 is the running container.
+func restartRuntime(create func() (string, error), start func(id string) error, running map[string]bool) *critest.Runtime {
+	sbInfo, _ := json.Marshal(map[string]any{"config": &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Uid: "uid-1"}}})
+	return &critest.Runtime{
+		ContainerStatusFn: func(q *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+			st := statusFor(q.ContainerId, 0)
+			if !running[q.ContainerId] {
+				st.Status.State = runtimeapi.ContainerState_CONTAINER_EXITED
+			}
+			return st, nil
+		},
+		PodSandboxStatusFn: func(*runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
+			return &runtimeapi.PodSandboxStatusResponse{Info: map[string]string{"info": string(sbInfo)}}, nil
+		},
+		StopContainerFn: func(*runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+			running["c1"] = false
+			return &runtimeapi.StopContainerResponse{}, nil
+		},
+		CreateContainerFn: func(*runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+			id, err := create()
+			return &runtimeapi.CreateContainerResponse{ContainerId: id}, err
+		},
+		StartContainerFn: func(q *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+			return &runtimeapi.StartContainerResponse{}, start(q.ContainerId)
+		},
+		RemoveContainerFn: func(*runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+			return &runtimeapi.RemoveContainerResponse{}, nil
+		},
+	}
+}
+
+// TestRestartCannotLoseTheContainer (issue 18 item 2): a start that fails
+// after the old container is stopped is retried with a new attempt; a start
+// that timed out but completed counts; a create that fails leaves the old
+// container running; a restart that cannot start anything says that no
+// container is left.
+func TestRestartCannotLoseTheContainer(t *testing.T) {
+	res := cri.Resources{CPUPeriod: 100000, CPUQuota: 20000, CPUShares: 256}
+	t.Run("start fails once, then a new attempt starts", func(t *testing.T) {
+		running, n := map[string]bool{"c1": true}, 0
+		r := restartRuntime(func() (string, error) { n++; return fmt.Sprintf("n%d", n), nil }, func(id string) error {
+			if id == "n1" {
+				return status.Error(codes.Unknown, "failed to create shim task")
+			}
+			running[id] = true
+			return nil
+		}, running)
+		ct, err := dial(t, r).Restart(context.Background(), "c1", res, time.Second)
+		if err != nil || ct.ID != "n2" {
+			t.Fatalf("restart: %+v, %v", ct, err)
+		}
+	})
+	t.Run("a start that timed out but ran", func(t *testing.T) {
+		running := map[string]bool{"c1": true}
+		r := restartRuntime(func() (string, error) { return "n1", nil }, func(id string) error {
+			running[id] = true
+			return status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+		}, running)
+		ct, err := dial(t, r).Restart(context.Background(), "c1", res, time.Second)
+		if err != nil || ct.ID != "n1" {
+			t.Fatalf("restart: %+v, %v", ct, err)
+		}
+		if got := strings.Count(strings.Join(r.Calls(), ","), "CreateContainer"); got != 1 {
+			t.Errorf("%d creates, want 1 (the started one kept)", got)
+		}
+	})
+	t.Run("create fails: the old one keeps running", func(t *testing.T) {
+		running := map[string]bool{"c1": true}
+		r := restartRuntime(func() (string, error) { return "", status.Error(codes.Unknown, "no space left on device") }, func(string) error { return nil }, running)
+		_, err := dial(t, r).Restart(context.Background(), "c1", res, time.Second)
+		var re *cri.RestartError
+		if !errors.As(err, &re) || re.Running != "c1" || !errors.Is(err, cri.ErrRestart) || !running["c1"] {
+			t.Fatalf("err %v, want a RestartError leaving c1 running", err)
+		}
+		if strings.Contains(strings.Join(r.Calls(), ","), "StopContainer") {
+			t.Errorf("stopped the old container without a new one: %v", r.Calls())
+		}
+	})
+	t.Run("nothing starts: no container is left, and it says so", func(t *testing.T) {
+		running, n := map[string]bool{"c1": true}, 0
+		r := restartRuntime(func() (string, error) { n++; return fmt.Sprintf("n%d", n), nil },
+			func(string) error { return status.Error(codes.Unknown, "exec format error") }, running)
+		_, err := dial(t, r).Restart(context.Background(), "c1", res, time.Second)
+		var re *cri.RestartError
+		if !errors.As(err, &re) || re.Running != "" || !strings.Contains(err.Error(), "no running container is left") {
+			t.Fatalf("err %v", err)
+		}
+		if n != 4 {
+			t.Errorf("%d attempts created, want 4 tries", n)
+		}
+	})
 }

@@ -104,8 +104,12 @@ type StepError struct {
 	Rollback error // undoing the steps done before it; nil when it worked
 }
 
-// runtimeTimeout bounds the runtime's part of one resize.
-const runtimeTimeout = 30 * time.Second
+// runtimeTimeout bounds one runtime call of a resize, as the kubelet's
+// --runtime-request-timeout does (2 minutes, cri.DefaultTimeout).
+const runtimeTimeout = cri.DefaultTimeout
+
+// restartTimeout bounds a restart: its calls and retries (cri.Restart).
+const restartTimeout = 10 * time.Minute
 
 // job is one call of Do: the Job with what was read of the files.
 type job struct {
@@ -152,7 +156,7 @@ func failed(reason, format string, args ...any) Result {
 }
 
 // write reads the levels, then writes the plan's steps in order.
-func (j *job) write() Result {
+func (j *job) write() (out Result) {
 	x := j.x
 	var err error
 	failedPath := j.ctr.path
@@ -177,10 +181,21 @@ func (j *job) write() Result {
 		return j.restart(steps)
 	}
 	if len(steps) == 0 {
-		return Result{State: intent.Completed, Reason: intent.ReasonNoChange, Message: "cgroup already holds the requested values"}
+		out := Result{State: intent.Completed, Reason: intent.ReasonNoChange, Message: "cgroup already holds the requested values"}
+		if note := j.recordInRuntime(steps); note != "" {
+			out.Message += "; " + note
+		}
+		return out
 	}
-	out := Result{State: intent.Completed, Reason: intent.ReasonApplied, Applied: map[string][]cgroup.Value{}, Via: "cgroup"}
+	out = Result{State: intent.Completed, Reason: intent.ReasonApplied, Applied: map[string][]cgroup.Value{}, Via: "cgroup"}
 	var notes []string
+	defer func() {
+		if out.State == intent.Completed {
+			if note := j.recordInRuntime(steps); note != "" {
+				out.Message += "; " + note
+			}
+		}
+	}()
 	for i, s := range steps {
 		how, note, err := j.writeStep(s)
 		if note != "" {
@@ -263,6 +278,36 @@ func (j *job) writeStep(s step) (how, note string, err error) {
 	return "runtime+cgroup", note, err
 }
 
+// recordInRuntime sends the runtime the declared resources of a runtime's
+// container that no step sent it because its files already held them, so
+// that the runtime's record ends as a kubelet-driven node's (where the
+// kubelet sends every resize to the runtime): 20m and 25m of requests give
+// the same cpu.weight, but not the same shares in containerd's record. It
+// says what it could not do; the files are right either way.
+func (j *job) recordInRuntime(steps []step) string {
+	if j.RuntimeID == "" || j.x.Runtime == nil {
+		return ""
+	}
+	var errs []string
+	for _, g := range groups { // memory, then CPU
+		declared := (g.name == "cpu" && j.CPU) || (g.name == "memory" && j.Memory)
+		if !declared || slices.ContainsFunc(steps, func(s step) bool { return s.container && s.group == g.name }) {
+			continue
+		}
+		ctx, cancel := j.runtimeCtx(runtimeTimeout)
+		err := j.x.Runtime.Update(ctx, j.RuntimeID, criResources(j.Want, g.name == "cpu", g.name == "memory", j.x.Period))
+		cancel()
+		j.x.countRuntime(err)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", g.name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return "the runtime's record of the container could not be brought in line (" + strings.Join(errs, "; ") + ")"
+	}
+	return ""
+}
+
 // restart applies a resize by restarting the container with its new
 // resources: the pod cgroup grows first, the container restarts, and the
 // pod cgroup shrinks after.
@@ -272,7 +317,7 @@ func (j *job) restart(steps []step) Result {
 	for _, s := range steps {
 		switch {
 		case s.container:
-		case shrinks(j.ctr.cur, j.ctr.want, s.group):
+		case s.after:
 			after = append(after, s)
 		default:
 			before = append(before, s)
@@ -292,7 +337,7 @@ func (j *job) restart(steps []step) Result {
 			return failed(intent.ReasonRestartFailed, "container %s not restarted: %v", j.RuntimeID, err)
 		}
 	}
-	ctx, cancel := j.runtimeCtx(runtimeTimeout + 10*time.Second)
+	ctx, cancel := j.runtimeCtx(restartTimeout)
 	defer cancel()
 	var ct cri.Container
 	var err error
@@ -302,6 +347,9 @@ func (j *job) restart(steps []step) Result {
 	x.countRuntime(err)
 	if err != nil {
 		j.rollback(before)
+		if re := (*cri.RestartError)(nil); errors.As(err, &re) && re.Running == "" {
+			return failed(intent.ReasonRestartLostContainer, "restarting container %s: %v", j.RuntimeID, err)
+		}
 		return failed(intent.ReasonRestartFailed, "restarting container %s: %v", j.RuntimeID, err)
 	}
 	out := Result{State: intent.Completed, Reason: intent.ReasonApplied, Restarted: &ct, Applied: map[string][]cgroup.Value{}}

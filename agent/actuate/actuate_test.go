@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cri"
 )
 
 // fakeCgroups is one cgroup whose usage never comes down: a fake of the
@@ -68,5 +70,35 @@ func TestDoNoChange(t *testing.T) {
 	out := x.Do(context.Background(), Job{Want: want, CPU: true, Container: Level{Path: "/c", Want: x.ContainerFiles("/c", want, true, false)}})
 	if out.State != intent.Completed || out.Reason != intent.ReasonNoChange || len(cg.writes) != 0 {
 		t.Errorf("result %s %s, writes %v", out.State, out.Reason, cg.writes)
+	}
+}
+
+// restartRuntime fails every restart with err.
+type restartRuntime struct{ err error }
+
+func (restartRuntime) Update(context.Context, string, cri.Resources) error { return nil }
+func (r restartRuntime) Restart(context.Context, string, cri.Resources, time.Duration) (cri.Container, error) {
+	return cri.Container{}, r.err
+}
+
+// TestRestartSaysWhatIsLeft: a restart that fails says whether a running
+// container is left: the old one (RestartFailed) or none
+// (RestartLostContainer), issue 18 item 2.
+func TestRestartSaysWhatIsLeft(t *testing.T) {
+	cg := &fakeCgroups{st: cgroup.State{CPUMax: cgroup.CPUMax{Quota: 50000, Period: 100000}, CPUWeight: 59, MemoryMax: cgroup.Unlimited}}
+	want := intent.Resources{CPURequest: 1000, CPULimit: 1000}
+	for _, tc := range []struct {
+		err    error
+		reason string
+	}{
+		{&cri.RestartError{Running: "c1", Stage: "create", Err: errors.New("no space")}, intent.ReasonRestartFailed},
+		{&cri.RestartError{Stage: "start", Err: errors.New("exec format error")}, intent.ReasonRestartLostContainer},
+	} {
+		x := &Actuator{Cgroups: cg, Runtime: restartRuntime{tc.err}, Period: 100000}
+		out := x.Do(context.Background(), Job{Want: want, CPU: true, RuntimeID: "c1", Restart: true,
+			Container: Level{Path: "/c", Want: x.ContainerFiles("/c", want, true, false)}})
+		if out.State != intent.Failed || out.Reason != tc.reason || !strings.Contains(out.Message, tc.err.Error()) {
+			t.Errorf("%v: %s/%s %q, want %s", tc.err, out.State, out.Reason, out.Message, tc.reason)
+		}
 	}
 }

@@ -34,7 +34,14 @@ func (x *Actuator) PodFiles(path, podUID string, members []Member, listed []cri.
 	for _, m := range members {
 		cpu, mem = cpu || m.CPU, mem || m.Memory
 	}
-	return x.stored(path, podResources(podSum(podUID, members, listed)).Cgroup(x.Period, cpu, mem))
+	sum := podResources(podSum(podUID, members, listed))
+	r := sum.Cgroup(x.Period, cpu, mem)
+	if r.CPUWeight != nil {
+		// The kubelet's own conversion, not runc's (spec.SharesToPodWeight).
+		w := cgroup.MilliCPUToPodWeight(sum.CPURequest)
+		r.CPUWeight = &w
+	}
+	return x.stored(path, r)
 }
 
 // podSum lists the resources the pod cgroup sums over: the members', and
@@ -49,7 +56,7 @@ func podSum(podUID string, members []Member, listed []cri.Container) []intent.Re
 	}
 	for _, o := range listed {
 		if !managed[o.ID] && o.PodUID == podUID {
-			all = append(all, fromRuntime(o.Resources))
+			all = append(all, FromRuntime(o.Resources))
 		}
 	}
 	return all
@@ -78,41 +85,69 @@ func podResources(containers []intent.Resources) intent.Resources {
 	return sum
 }
 
-// criResources is what the kubelet sends the runtime for these resources:
-// shares from the CPU request, quota and period from the limit (-1:
-// unlimited), the memory limit (-1: unlimited). Fields of a resource not
-// being changed are 0, which the runtime leaves as they are.
+// criResources is what the kubelet sends the runtime for these resources
+// (pkg/kubelet/kuberuntime/kuberuntime_container_linux.go,
+// calculateLinuxResources): shares from the CPU request, quota and period
+// from the limit, the memory limit; "no limit" is 0 for both, as the
+// kubelet's milliCPUToQuota and its memory limit leave it, so that the
+// runtime's record of the container is a kubelet-driven node's. Fields of a
+// resource not being changed are 0 too: the runtime leaves them as they
+// are (a limit is never removed in place: see the agent's admission).
 func criResources(r intent.Resources, cpu, mem bool, period uint64) cri.Resources {
 	var out cri.Resources
 	if cpu {
 		out.CPUPeriod = int64(period)
-		out.CPUQuota = cgroup.MilliCPUToQuota(r.CPULimit, period)
+		if r.CPULimit > 0 {
+			out.CPUQuota = cgroup.MilliCPUToQuota(r.CPULimit, period)
+		}
 		out.CPUShares = int64(cgroup.MilliCPUToShares(r.CPURequest))
 	}
-	if mem {
-		out.MemoryLimit = cgroup.Unlimited
-		if r.MemoryLimit > 0 {
-			out.MemoryLimit = r.MemoryLimit
-		}
+	if mem && r.MemoryLimit > 0 {
+		out.MemoryLimit = r.MemoryLimit
 	}
 	return out
 }
 
-// fromRuntime is what a runtime's record of a container's resources says
-// of its requests and limits: the inverse of criResources. Memory requests
-// do not reach the runtime and stay 0; they do not enter the pod cgroup.
-func fromRuntime(r cri.Resources) intent.Resources {
+// FromRuntime is what a runtime's record of a container's resources says
+// of its requests and limits: the inverse of criResources, the CPU request
+// rounded up as the kubelet's sharesToMilliCPU
+// (pkg/kubelet/kuberuntime/helpers_linux.go) reads it. Memory requests do
+// not reach the runtime and stay 0; they do not enter the pod cgroup.
+func FromRuntime(r cri.Resources) intent.Resources {
 	var out intent.Resources
 	if r.CPUQuota > 0 && r.CPUPeriod > 0 {
 		out.CPULimit = r.CPUQuota * 1000 / r.CPUPeriod
 	}
-	if r.CPUShares > 2 { // 2 is the kubelet's floor, for no request
-		out.CPURequest = r.CPUShares * 1000 / 1024
+	if r.CPUShares > cgroup.MinShares { // the kubelet's floor, for no request
+		out.CPURequest = (r.CPUShares*1000 + cgroup.SharesPerCPU - 1) / cgroup.SharesPerCPU
 	}
 	if r.MemoryLimit > 0 {
 		out.MemoryLimit = r.MemoryLimit
 	}
 	return out
+}
+
+// RuntimeDiffers reports, per resource, whether giving a container want
+// changes what the runtime reports for it (CRI ContainerStatus resources:
+// cpu_shares, cpu_quota/cpu_period; memory_limit_in_bytes), which is what
+// the kubelet judges a resize by when it decides to restart a container
+// for a RestartContainer policy (computePodResizeAction compares the
+// desired shares, quota and memory limit with the container's status).
+// The memory request does not reach the runtime and is not judged here.
+func RuntimeDiffers(reported cri.Resources, want intent.Resources, period uint64) (cpu, mem bool) {
+	w := criResources(want, true, true, period)
+	shares := func(v int64) int64 { return max(v, cgroup.MinShares) }
+	limited := func(q, p int64) bool { return q > 0 && p > 0 }
+	switch {
+	case shares(w.CPUShares) != shares(reported.CPUShares):
+		cpu = true
+	case limited(w.CPUQuota, w.CPUPeriod) != limited(reported.CPUQuota, reported.CPUPeriod):
+		cpu = true
+	case limited(w.CPUQuota, w.CPUPeriod):
+		// The same rate on another period is the same limit.
+		cpu = w.CPUQuota*reported.CPUPeriod != reported.CPUQuota*w.CPUPeriod
+	}
+	return cpu, max(w.MemoryLimit, 0) != max(reported.MemoryLimit, 0)
 }
 
 // storer is the optional part of Cgroups that says what the files will hold

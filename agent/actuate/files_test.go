@@ -53,9 +53,11 @@ func TestPodFiles(t *testing.T) {
 		{ID: "c", PodUID: "other", Resources: cri.Resources{CPUPeriod: 100000, CPUQuota: 50000, CPUShares: 512}},
 	}
 	got := x.PodFiles("/pod", "u", members, listed)
-	// 1000m + 100m + 500m, weight of 1600m; memory not declared by anyone.
+	// 1000m + 100m + 500m, weight of 1600m by the kubelet's rule for pod
+	// cgroups (shares 1638: 63; runc's container formula would give 145);
+	// memory not declared by anyone.
 	want := intent.Resources{CPURequest: 1600, CPULimit: 1600}.Cgroup(100000, true, false)
-	if got.MemoryMax != nil || *got.CPUMax != *want.CPUMax || *got.CPUWeight != *want.CPUWeight {
+	if got.MemoryMax != nil || *got.CPUMax != *want.CPUMax || *got.CPUWeight != 63 {
 		t.Errorf("PodFiles = %v, want %v", got.Values(), want.Values())
 	}
 	members[1].Memory = true
@@ -93,27 +95,30 @@ func TestContainerFilesStored(t *testing.T) {
 }
 
 // TestCRIMapping: criResources sends what the kubelet sends the runtime,
-// and fromRuntime reads it back as the requests and limits it came from.
+// and FromRuntime reads it back as the requests and limits it came from.
 func TestCRIMapping(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		r        intent.Resources
 		cpu, mem bool
 		want     cri.Resources
-		back     intent.Resources // fromRuntime(want)
+		back     intent.Resources // FromRuntime(want)
 	}{
 		{"limited", intent.Resources{CPURequest: 500, CPULimit: 1000, MemoryRequest: 64 * mi, MemoryLimit: 128 * mi}, true, true,
 			cri.Resources{CPUPeriod: 100000, CPUQuota: 100000, CPUShares: 512, MemoryLimit: 128 * mi},
 			intent.Resources{CPURequest: 500, CPULimit: 1000, MemoryLimit: 128 * mi}}, // the memory request does not reach the runtime
 		{"unlimited", intent.Resources{CPURequest: 250}, true, true,
-			cri.Resources{CPUPeriod: 100000, CPUQuota: cgroup.Unlimited, CPUShares: 256, MemoryLimit: cgroup.Unlimited},
+			cri.Resources{CPUPeriod: 100000, CPUQuota: 0, CPUShares: 256, MemoryLimit: 0}, // the kubelet's 0 for no limit
 			intent.Resources{CPURequest: 250}},
 		{"no request: the kubelet's floor of 2 shares", intent.Resources{}, true, false,
-			cri.Resources{CPUPeriod: 100000, CPUQuota: cgroup.Unlimited, CPUShares: 2},
+			cri.Resources{CPUPeriod: 100000, CPUQuota: 0, CPUShares: 2},
 			intent.Resources{}},
 		{"cpu only: memory left as it is", intent.Resources{CPURequest: 1000, CPULimit: 2000, MemoryLimit: 64 * mi}, true, false,
 			cri.Resources{CPUPeriod: 100000, CPUQuota: 200000, CPUShares: 1024},
 			intent.Resources{CPURequest: 1000, CPULimit: 2000}},
+		{"100m: 102 shares read back as 100m (rounded up)", intent.Resources{CPURequest: 100, CPULimit: 100}, true, false,
+			cri.Resources{CPUPeriod: 100000, CPUQuota: 10000, CPUShares: 102},
+			intent.Resources{CPURequest: 100, CPULimit: 100}},
 		{"memory only: cpu left as it is", intent.Resources{CPURequest: 1000, MemoryLimit: 64 * mi}, false, true,
 			cri.Resources{MemoryLimit: 64 * mi},
 			intent.Resources{MemoryLimit: 64 * mi}},
@@ -122,8 +127,36 @@ func TestCRIMapping(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: criResources = %+v, want %+v", tc.name, got, tc.want)
 		}
-		if back := fromRuntime(got); back != tc.back {
-			t.Errorf("%s: fromRuntime = %+v, want %+v", tc.name, back, tc.back)
+		if back := FromRuntime(got); back != tc.back {
+			t.Errorf("%s: FromRuntime = %+v, want %+v", tc.name, back, tc.back)
+		}
+	}
+}
+
+// TestRuntimeDiffers: a resource changes for a restart only when what the
+// runtime reports for it would change: shares, quota per period, memory
+// limit; never the memory request.
+func TestRuntimeDiffers(t *testing.T) {
+	reported := cri.Resources{CPUPeriod: 100000, CPUQuota: 50000, CPUShares: 256, MemoryLimit: 128 * mi}
+	for _, tc := range []struct {
+		name     string
+		reported cri.Resources
+		want     intent.Resources
+		cpu, mem bool
+	}{
+		{"same", reported, intent.Resources{CPURequest: 250, CPULimit: 500, MemoryRequest: 64 * mi, MemoryLimit: 128 * mi}, false, false},
+		{"memory request only", reported, intent.Resources{CPURequest: 250, CPULimit: 500, MemoryRequest: 128 * mi, MemoryLimit: 128 * mi}, false, false},
+		{"request up", reported, intent.Resources{CPURequest: 300, CPULimit: 500, MemoryLimit: 128 * mi}, true, false},
+		{"limit up", reported, intent.Resources{CPURequest: 250, CPULimit: 600, MemoryLimit: 128 * mi}, true, false},
+		{"memory up", reported, intent.Resources{CPURequest: 250, CPULimit: 500, MemoryLimit: 256 * mi}, false, true},
+		{"same rate on another period", cri.Resources{CPUPeriod: 50000, CPUQuota: 25000, CPUShares: 256, MemoryLimit: 128 * mi},
+			intent.Resources{CPURequest: 250, CPULimit: 500, MemoryLimit: 128 * mi}, false, false},
+		{"no limits, -1 or 0 alike", cri.Resources{CPUPeriod: 100000, CPUQuota: -1, CPUShares: 2, MemoryLimit: -1}, intent.Resources{}, false, false},
+		{"unset shares are the floor", cri.Resources{}, intent.Resources{}, false, false},
+	} {
+		cpu, mem := RuntimeDiffers(tc.reported, tc.want, 100000)
+		if cpu != tc.cpu || mem != tc.mem {
+			t.Errorf("%s: RuntimeDiffers = cpu %v mem %v, want %v %v", tc.name, cpu, mem, tc.cpu, tc.mem)
 		}
 	}
 }

@@ -6,15 +6,21 @@ import (
 
 // group is the set of files one resource owns. A step writes one group of
 // one cgroup, so that a runtime update (which sets a resource whole) and a
-// direct write are steps of the same shape.
+// direct write are steps of the same shape; a pod cgroup's CPU group is
+// written in two parts, limit and request, as the kubelet sets them.
 type group struct {
 	name  string // "cpu" or "memory"
 	files []string
+	// podParts are the pod cgroup's steps of this group, limit first.
+	podParts [][]string
 }
 
+// groups are in the kubelet's order: memory, then CPU
+// (pkg/kubelet/kuberuntime/kuberuntime_manager.go, doPodResizeAction,
+// releases 1.34 to 1.37: memory's resizeContainers runs before CPU's).
 var groups = []group{
-	{"cpu", []string{cgroup.FileCPUWeight, cgroup.FileCPUMax}},
-	{"memory", []string{cgroup.FileMemoryMax}},
+	{"memory", []string{cgroup.FileMemoryMax}, [][]string{{cgroup.FileMemoryMax}}},
+	{"cpu", []string{cgroup.FileCPUWeight, cgroup.FileCPUMax}, [][]string{{cgroup.FileCPUMax}, {cgroup.FileCPUWeight}}},
 }
 
 // step is one group of one cgroup to write, with the values it holds now
@@ -23,8 +29,11 @@ type step struct {
 	path      string
 	group     string
 	container bool // the container's own cgroup, not its pod's
-	resource  cgroup.Resources
-	previous  cgroup.Resources
+	// after: a pod step that lowers its value, written after the
+	// container's.
+	after    bool
+	resource cgroup.Resources
+	previous cgroup.Resources
 }
 
 // level is one cgroup in the plan: its path, what it holds now and what it
@@ -35,37 +44,43 @@ type level struct {
 	want cgroup.Resources
 }
 
-// plan orders the writes of a resize. For every resource, when the
-// container's limit grows the pod-level cgroup is written first, and when it
-// shrinks the container is written first, so that the container's limit
-// never exceeds its pod's (as kubelet's doPodResizeAction sets the pod
-// cgroup before the containers' limits when they grow and after when they
-// shrink, pkg/kubelet/kuberuntime/kuberuntime_manager.go). Groups that
-// already hold the wanted values are not written. pod may be nil.
+// plan orders the writes of a resize as kubelet's doPodResizeAction does
+// (pkg/kubelet/kuberuntime/kuberuntime_manager.go, resizeContainers):
+// memory, then CPU; for each, the pod cgroup's values that grow are written
+// before the container's (its limit, then its request), and those that
+// shrink after, so that the container's limit never exceeds its pod's.
+// Groups that already hold the wanted values are not written. pod may be
+// nil.
 func plan(ctr level, pod *level, pageSize int64) []step {
 	var out []step
 	for _, g := range groups {
-		c := stepFor(ctr, g, true, pageSize)
-		var p *step
+		var before, after []step
 		if pod != nil {
-			p = stepFor(*pod, g, false, pageSize)
-		}
-		first, second := p, c
-		if shrinks(ctr.cur, ctr.want, g.name) {
-			first, second = c, p
-		}
-		for _, s := range []*step{first, second} {
-			if s != nil {
-				out = append(out, *s)
+			for _, part := range g.podParts {
+				s := stepFor(*pod, g.name, part, false, pageSize)
+				if s == nil {
+					continue
+				}
+				if shrinks(pod.cur, s.resource, g.name) {
+					s.after = true
+					after = append(after, *s)
+				} else {
+					before = append(before, *s)
+				}
 			}
 		}
+		out = append(out, before...)
+		if c := stepFor(ctr, g.name, g.files, true, pageSize); c != nil {
+			out = append(out, *c)
+		}
+		out = append(out, after...)
 	}
 	return out
 }
 
-func only(r cgroup.Resources, g group) cgroup.Resources {
+func only(r cgroup.Resources, files []string) cgroup.Resources {
 	var out cgroup.Resources
-	for _, f := range g.files {
+	for _, f := range files {
 		o := r.Only(f)
 		if o.CPUWeight != nil {
 			out.CPUWeight = o.CPUWeight
@@ -80,12 +95,12 @@ func only(r cgroup.Resources, g group) cgroup.Resources {
 	return out
 }
 
-func stepFor(l level, g group, container bool, pageSize int64) *step {
-	want := only(l.want, g)
+func stepFor(l level, group string, files []string, container bool, pageSize int64) *step {
+	want := only(l.want, files)
 	if want.IsZero() || l.cur.Matches(want, pageSize) {
 		return nil
 	}
-	prev := only(l.cur.Resources(), g)
+	prev := only(l.cur.Resources(), files)
 	// Restore only what the step writes.
 	if want.CPUWeight == nil {
 		prev.CPUWeight = nil
@@ -93,7 +108,7 @@ func stepFor(l level, g group, container bool, pageSize int64) *step {
 	if want.CPUMax == nil {
 		prev.CPUMax = nil
 	}
-	return &step{path: l.path, group: g.name, container: container, resource: want, previous: prev}
+	return &step{path: l.path, group: group, container: container, resource: want, previous: prev}
 }
 
 // shrinks reports whether the resource's limit goes down from cur to want.

@@ -25,20 +25,25 @@ func state(r cgroup.Resources) cgroup.State {
 	return cgroup.State{CPUMax: *r.CPUMax, CPUWeight: *r.CPUWeight, MemoryMax: *r.MemoryMax}
 }
 
-// order renders steps as "path:group" in order.
+// order renders steps as "path:group" in order, a pod's CPU parts as
+// "path:file".
 func order(steps []step) string {
 	var out []string
 	for _, s := range steps {
-		out = append(out, s.path+":"+s.group)
+		name := s.group
+		if v := s.resource.Values(); !s.container && s.group == "cpu" && len(v) == 1 {
+			name = v[0].File
+		}
+		out = append(out, s.path+":"+name)
 	}
 	return strings.Join(out, " ")
 }
 
-// TestPlanOrder: for each resource, the pod cgroup is written before the
-// container when the container's limit grows and after it when it shrinks,
-// so that the container's limit never exceeds its pod's at any moment
-// (kubelet doPodResizeAction orders the pod-level update likewise);
-// groups that already hold the wanted values are left out.
+// TestPlanOrder: memory, then CPU, as kubelet 1.34-1.37 doPodResizeAction;
+// for each, the pod cgroup's values that grow are written before the
+// container (limit, then request) and those that shrink after, so that the
+// container's limit never exceeds its pod's at any moment; groups that
+// already hold the wanted values are left out.
 func TestPlanOrder(t *testing.T) {
 	const mi = 1 << 20
 	for _, tc := range []struct {
@@ -51,30 +56,34 @@ func TestPlanOrder(t *testing.T) {
 		{name: "both grow",
 			cur: cpuMem(500, 20, 128*mi), want: cpuMem(1000, 40, 256*mi),
 			podCur: cpuMem(1000, 40, 256*mi), podWan: cpuMem(1500, 60, 384*mi),
-			steps: "/pod:cpu /pod/c:cpu /pod:memory /pod/c:memory"},
+			steps: "/pod:memory /pod/c:memory /pod:cpu.max /pod:cpu.weight /pod/c:cpu"},
 		{name: "both shrink",
 			cur: cpuMem(1000, 40, 256*mi), want: cpuMem(500, 20, 128*mi),
 			podCur: cpuMem(1500, 60, 384*mi), podWan: cpuMem(1000, 40, 256*mi),
-			steps: "/pod/c:cpu /pod:cpu /pod/c:memory /pod:memory"},
+			steps: "/pod/c:memory /pod:memory /pod/c:cpu /pod:cpu.max /pod:cpu.weight"},
 		{name: "cpu grows, memory shrinks",
 			cur: cpuMem(500, 20, 256*mi), want: cpuMem(1000, 40, 128*mi),
 			podCur: cpuMem(1000, 40, 384*mi), podWan: cpuMem(1500, 60, 256*mi),
-			steps: "/pod:cpu /pod/c:cpu /pod/c:memory /pod:memory"},
+			steps: "/pod/c:memory /pod:memory /pod:cpu.max /pod:cpu.weight /pod/c:cpu"},
 		{name: "limit to unlimited is growth",
 			cur: cpuMem(500, 20, 128*mi), want: cpuMem(0, 20, 0),
 			podCur: cpuMem(1000, 40, 256*mi), podWan: cpuMem(0, 40, 0),
-			steps: "/pod:cpu /pod/c:cpu /pod:memory /pod/c:memory"},
+			steps: "/pod:memory /pod/c:memory /pod:cpu.max /pod/c:cpu"},
 		{name: "same quota, lower weight shrinks",
 			cur: cpuMem(500, 40, 128*mi), want: cpuMem(500, 20, 128*mi),
 			podCur: cpuMem(1000, 60, 256*mi), podWan: cpuMem(1000, 40, 256*mi),
-			steps: "/pod/c:cpu /pod:cpu"},
+			steps: "/pod/c:cpu /pod:cpu.weight"},
+		{name: "pod limit grows, pod request shrinks",
+			cur: cpuMem(500, 40, 128*mi), want: cpuMem(1000, 20, 128*mi),
+			podCur: cpuMem(1000, 60, 256*mi), podWan: cpuMem(1500, 40, 256*mi),
+			steps: "/pod:cpu.max /pod/c:cpu /pod:cpu.weight"},
 		{name: "pod already holds its values",
 			cur: cpuMem(500, 20, 128*mi), want: cpuMem(1000, 40, 128*mi),
 			podCur: cpuMem(1500, 60, 256*mi), podWan: cpuMem(1500, 60, 256*mi),
 			steps: "/pod/c:cpu"},
 		{name: "no change", cur: cpuMem(500, 20, 128*mi), want: cpuMem(500, 20, 128*mi), noPod: true, steps: ""},
 		{name: "no pod", cur: cpuMem(1000, 40, 256*mi), want: cpuMem(500, 20, 512*mi), noPod: true,
-			steps: "/pod/c:cpu /pod/c:memory"},
+			steps: "/pod/c:memory /pod/c:cpu"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctr := level{path: "/pod/c", cur: state(tc.cur), want: tc.want}

@@ -120,7 +120,17 @@ func (r *Runtime) Update(_ context.Context, id string, res cri.Resources) error 
 	r.updates++
 	var path string
 	if ok {
-		c.Resources = res
+		// Fields of 0 leave the record as it is, as containerd's
+		// WithResources leaves the spec.
+		merge := func(dst *int64, v int64) {
+			if v != 0 {
+				*dst = v
+			}
+		}
+		merge(&c.Resources.CPUPeriod, res.CPUPeriod)
+		merge(&c.Resources.CPUQuota, res.CPUQuota)
+		merge(&c.Resources.CPUShares, res.CPUShares)
+		merge(&c.Resources.MemoryLimit, res.MemoryLimit)
 		path = r.cgroups[c.PID]
 	}
 	r.mu.Unlock()
@@ -131,7 +141,11 @@ func (r *Runtime) Update(_ context.Context, id string, res cri.Resources) error 
 	if res.CPUPeriod != 0 {
 		w := cgroup.SharesToWeight(uint64(res.CPUShares))
 		cr.CPUWeight = &w
-		cr.CPUMax = &cgroup.CPUMax{Quota: res.CPUQuota, Period: uint64(res.CPUPeriod)}
+		q := res.CPUQuota
+		if q <= 0 {
+			q = cgroup.Unlimited
+		}
+		cr.CPUMax = &cgroup.CPUMax{Quota: q, Period: uint64(res.CPUPeriod)}
 	}
 	if res.MemoryLimit != 0 {
 		m := res.MemoryLimit

@@ -57,7 +57,14 @@ const (
 	// container's update; nothing was left changed, submit again once it is
 	// back.
 	ReasonRuntimeUnavailable = "RuntimeUnavailable"
-	ReasonRestartFailed      = "RestartFailed"
+	// ReasonRestartFailed: a restart did not complete and a container is
+	// left running (the old one, with its old resources); the message
+	// names it.
+	ReasonRestartFailed = "RestartFailed"
+	// ReasonRestartLostContainer: the old container was stopped and no new
+	// attempt could be started, whatever the retries: no running container
+	// is left.
+	ReasonRestartLostContainer = "RestartLostContainer"
 )
 
 // Target names the container to resize, in one of three ways: a bare

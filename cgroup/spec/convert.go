@@ -9,7 +9,7 @@ import "math"
 //   - pkg/kubelet/kuberuntime/helpers_linux.go (milliCPUToQuota).
 //
 // They are written out here because k8s.io/kubernetes is not meant to be
-// imported as a library. The shares-to-weight step is runc's: the quadratic
+// imported as a library. The shares-to-weight step of a container is runc's: the quadratic
 // formula of opencontainers/cgroups v0.0.5 that runc 1.3.2+ and 1.4 use, as
 // containerd/cgroups carries it (cgroup2.ConvertCPUSharesToCgroupV2Value).
 const (
@@ -76,4 +76,31 @@ func SharesToWeight(shares uint64) uint64 {
 // cpu.weight a container with this CPU request gets from kubelet + runc.
 func MilliCPUToWeight(milliCPU int64) uint64 {
 	return SharesToWeight(MilliCPUToShares(milliCPU))
+}
+
+// SharesToPodWeight converts shares to cpu.weight the way the kubelet does
+// for the cgroups it writes itself (pod and QoS cgroups): a linear map of
+// [2, 262144] onto [1, 10000], rounded down (getCPUWeight in kubernetes
+// pkg/kubelet/cm/cgroup_manager_linux.go, releases 1.31 to 1.37, which
+// hands libcontainer a CpuWeight so that runc's own conversion is not
+// applied). A container's cgroup gets runc's SharesToWeight instead, since
+// the kubelet passes shares to the runtime there; 1 CPU of requests is 39
+// on a pod cgroup and 100 on a container's.
+func SharesToPodWeight(shares uint64) uint64 {
+	switch {
+	case shares == 0:
+		return 0 // unset
+	case shares <= MinShares:
+		return 1
+	case shares >= MaxShares:
+		return 10000
+	}
+	return 1 + (shares-MinShares)*9999/(MaxShares-MinShares)
+}
+
+// MilliCPUToPodWeight is the cpu.weight the kubelet writes to a pod cgroup
+// whose containers request milliCPU in all (ResourceConfigForPod's shares,
+// then SharesToPodWeight).
+func MilliCPUToPodWeight(milliCPU int64) uint64 {
+	return SharesToPodWeight(MilliCPUToShares(milliCPU))
 }

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -173,10 +174,17 @@ func (s State) Matches(r Resources, pageSize int64) bool {
 }
 
 // PageAlign is what the kernel stores for a memory.max write: the byte count
-// rounded down to whole pages (page_counter_memparse).
+// rounded down to whole pages, and Unlimited ("max") from the page
+// counter's maximum up (linux mm/page_counter.c page_counter_memparse takes
+// min(bytes/PAGE_SIZE, PAGE_COUNTER_MAX), and memory.max shows
+// PAGE_COUNTER_MAX as "max"; PAGE_COUNTER_MAX is LONG_MAX/PAGE_SIZE on
+// 64-bit, include/linux/page_counter.h).
 func PageAlign(v, pageSize int64) int64 {
 	if v == Unlimited || pageSize <= 0 {
 		return v
+	}
+	if v/pageSize >= math.MaxInt64/pageSize {
+		return Unlimited
 	}
 	return v / pageSize * pageSize
 }

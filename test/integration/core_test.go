@@ -240,7 +240,9 @@ func TestPodLevelCgroup(t *testing.T) {
 	c2 := cgrouptest.Child(t, e.mnt, pod, "c2")
 	mustState(t, e.resize(t, "c1", c1, pod, res{"cpu": "250m", "memory": "64Mi"}, res{"cpu": "500m", "memory": "128Mi"}), intent.Completed)
 	mustState(t, e.resize(t, "c2", c2, pod, res{"cpu": "250m", "memory": "64Mi"}, res{"cpu": "1", "memory": "256Mi"}), intent.Completed)
-	for f, want := range map[string]string{"cpu.max": "150000 100000", "memory.max": "402653184", "cpu.weight": "59"} {
+	// 500m of requests: the kubelet's rule for pod cgroups gives 20 (runc's
+	// container formula 59).
+	for f, want := range map[string]string{"cpu.max": "150000 100000", "memory.max": "402653184", "cpu.weight": "20"} {
 		if got := cgrouptest.ReadFile(t, e.mnt, pod, f); got != want {
 			t.Errorf("pod %s = %s, want %s", f, got, want)
 		}
