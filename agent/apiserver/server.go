@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/api"
@@ -123,24 +124,45 @@ func submit(s Service, w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, it)
 }
 
+// WatchWriteTimeout bounds each event's write to a watcher: a reader slower
+// than this is cut off, and its stream ends.
+const WatchWriteTimeout = 10 * time.Second
+
+// watch streams events for as long as the client stays. The server's read
+// and write timeouts would cut a live stream, so it clears the read deadline
+// (the client sends nothing more; its going away still ends the request)
+// and sets a write deadline before each event instead.
 func watch(s Service, w http.ResponseWriter, r *http.Request) {
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		writeError(w, http.StatusInternalServerError, "NoStreaming", errors.New("streaming unsupported"))
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return
+	}
+	deadline := func() bool {
+		err := rc.SetWriteDeadline(time.Now().Add(WatchWriteTimeout))
+		return err == nil || errors.Is(err, http.ErrNotSupported)
 	}
 	q := r.URL.Query()
 	ch := s.Watch(r.Context(), api.Filter{IntentID: q.Get("intent"), Container: q.Get("container")})
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
+	if !deadline() {
+		return
+	}
 	w.WriteHeader(http.StatusOK)
-	fl.Flush()
+	if err := rc.Flush(); err != nil {
+		return
+	}
 	enc := json.NewEncoder(w)
 	for e := range ch {
+		if !deadline() {
+			return
+		}
 		if err := enc.Encode(e); err != nil {
 			return
 		}
-		fl.Flush()
+		if err := rc.Flush(); err != nil {
+			return
+		}
 	}
 }
 

@@ -35,6 +35,10 @@ type Options struct {
 	// with that group, and its members pass the peer check.
 	APIGroup       string `json:"apiGroup"`
 	MetricsAddress string `json:"metricsAddress"`
+	// MaxConnections caps the connections each listener holds at a time;
+	// IdleTimeout closes keep-alive connections with no request.
+	MaxConnections int    `json:"maxConnections"`
+	IdleTimeout    string `json:"idleTimeout"`
 	CRIEndpoint    string `json:"criEndpoint"`
 	BPF            string `json:"bpf"`
 
@@ -71,6 +75,8 @@ type Options struct {
 	// dropCaps is set by main: tests run the daemon in their own process,
 	// which must keep its capabilities for the tests that follow.
 	dropCaps bool
+	// The servers' read and write timeouts, shortened by tests.
+	readTimeout, writeTimeout time.Duration
 }
 
 // DefaultOptions are the daemon's defaults.
@@ -81,6 +87,8 @@ func DefaultOptions() *Options {
 		CapacityCgroup:      "/",
 		Socket:              "/run/resize-agent/agent.sock",
 		MetricsAddress:      ":9847",
+		MaxConnections:      1000,
+		IdleTimeout:         "60s",
 		CRIEndpoint:         cri.DefaultEndpoint,
 		BPF:                 "auto",
 		CPUPeriod:           cgroup.DefaultPeriod,
@@ -95,6 +103,8 @@ func DefaultOptions() *Options {
 		NodeName:            os.Getenv("NODE_NAME"),
 		KubeIntake:          string(kube.ModeAnnotation),
 		procRoot:            "/proc",
+		readTimeout:         readTimeout,
+		writeTimeout:        writeTimeout,
 	}
 }
 
@@ -109,6 +119,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.TCPTokenFile, "tcp-token-file", o.TCPTokenFile, "file holding the bearer token TCP clients must send")
 	fs.StringVar(&o.APIGroup, "api-group", o.APIGroup, "group (name or ID) whose members may also use the unix socket; the socket is then 0660 with that group (default: root and the socket's owner only, mode 0600)")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address for /metrics, /healthz and /readyz (empty: none)")
+	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "connections each listener (unix socket, TCP API, metrics) holds at a time; more wait until one closes")
+	fs.StringVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "how long a keep-alive connection may stay open without a request")
 	fs.StringVar(&o.CRIEndpoint, "cri-endpoint", o.CRIEndpoint, "CRI runtime socket for containers named by pod UID or ID (empty: bare cgroups only)")
 	fs.StringVar(&o.BPF, "bpf", o.BPF, "eBPF pressure tracking: auto (PSI files only where BPF cannot load), on (refuse to start without it) or off")
 	fs.StringVar(&o.CPUAllocatable, "cpu-allocatable", o.CPUAllocatable, "allocatable CPU as a quantity (default: detected minus --cpu-reserved)")
@@ -168,6 +180,7 @@ type settings struct {
 	drift       agent.DriftPolicy
 	driftEvery  time.Duration
 	shutdown    time.Duration
+	idle        time.Duration
 	shrink      time.Duration // < 0: off
 	token       string
 	apiGIDs     []uint32 // --api-group
@@ -212,6 +225,10 @@ func (o *Options) validate() (settings, error) {
 		s.drift = p
 	}
 	s.shutdown = dur("shutdown-timeout", o.ShutdownTimeout)
+	s.idle = dur("idle-timeout", o.IdleTimeout)
+	if o.MaxConnections < 1 {
+		errs = append(errs, fmt.Errorf("max-connections: %d is not positive", o.MaxConnections))
+	}
 	if o.MemoryShrinkTimeout == "off" {
 		s.shrink = -1
 	} else {

@@ -130,7 +130,11 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	var servers []*http.Server
 	errc := make(chan error, 3)
 	serve := func(name string, l net.Listener, h http.Handler, connCtx func(context.Context, net.Conn) context.Context) {
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: connCtx,
+		// Idle keep-alive connections were held forever: 12,000 of them
+		// took the daemon past its memory limit (issue 15).
+		l = newLimitListener(l, o.MaxConnections)
+		srv := &http.Server{Handler: h, ConnContext: connCtx,
+			ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: s.idle,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		servers = append(servers, srv)
 		log.Info("serving", "listener", name, "address", l.Addr().String())
@@ -280,6 +284,8 @@ func requireToken(token string, h http.Handler) http.Handler {
 		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", "Bearer")
+			// An unauthenticated peer keeps no connection open.
+			w.Header().Set("Connection", "close")
 			http.Error(w, `{"error":"a valid bearer token is required","reason":"Unauthorized"}`, http.StatusUnauthorized)
 			return
 		}
