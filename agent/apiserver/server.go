@@ -23,7 +23,9 @@ const MaxBodyBytes = 64 << 10
 type Service interface {
 	Submit(intent.Spec) (intent.Intent, bool, error)
 	Get(id string) (intent.Intent, error)
-	List(f api.Filter, state intent.State) []intent.Intent
+	// ListPage returns up to limit intents accepted after the one numbered
+	// after, and the number to continue from (0: no more).
+	ListPage(f api.Filter, state intent.State, after uint64, limit int) ([]intent.Intent, uint64)
 	Watch(ctx context.Context, f api.Filter) <-chan api.Event
 	Containers() []api.ContainerInfo
 	Forget(name string) error
@@ -32,18 +34,15 @@ type Service interface {
 
 // NewHandler returns the /v1 API on a mux; extra handlers (metrics, health)
 // can be added to the mux by the caller.
-func NewHandler(s Service) *http.ServeMux {
+func NewHandler(s Service, opts ...Option) *http.ServeMux {
+	cfg := config{maxWatches: DefaultMaxWatches, maxWatchesPerPeer: DefaultMaxWatchesPerPeer}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	watches := newWatchLimiter(cfg.maxWatches, cfg.maxWatchesPerPeer)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/intents", func(w http.ResponseWriter, r *http.Request) { submit(s, w, r) })
-	mux.HandleFunc("GET /v1/intents", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		st := intent.State(q.Get("state"))
-		if st != "" && !validState(st) {
-			writeError(w, http.StatusBadRequest, "InvalidQuery", fmt.Errorf("unknown state %q", st))
-			return
-		}
-		writeJSON(w, http.StatusOK, s.List(api.Filter{Container: q.Get("container")}, st))
-	})
+	mux.HandleFunc("GET /v1/intents", func(w http.ResponseWriter, r *http.Request) { list(s, w, r) })
 	mux.HandleFunc("GET /v1/intents/{id}", func(w http.ResponseWriter, r *http.Request) {
 		it, err := s.Get(r.PathValue("id"))
 		if err != nil {
@@ -65,7 +64,15 @@ func NewHandler(s Service) *http.ServeMux {
 	mux.HandleFunc("GET /v1/node", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Node())
 	})
-	mux.HandleFunc("GET /v1/watch", func(w http.ResponseWriter, r *http.Request) { watch(s, w, r) })
+	mux.HandleFunc("GET /v1/watch", func(w http.ResponseWriter, r *http.Request) {
+		release, err := watches.acquire(watchPeer(r))
+		if err != nil {
+			writeError(w, http.StatusTooManyRequests, "TooManyWatches", err)
+			return
+		}
+		defer release()
+		watch(s, w, r)
+	})
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NotFound", fmt.Errorf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})

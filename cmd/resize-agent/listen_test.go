@@ -225,14 +225,13 @@ func TestIdleConnectionsBounded(t *testing.T) {
 		go dial("api-unix", "unix", o.Socket, "/v1/node", "")
 	}
 
-	// The daemon answers while the flood is on (it may wait for a free
-	// connection slot, at most about one idle timeout).
+	// The API answers while the metrics listener is flooded: each listener
+	// has its own cap. (A new connection to the flooded listener waits
+	// behind those queued before it, each round about one idle timeout.)
 	time.Sleep(200 * time.Millisecond)
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	if resp, err := hc.Get("http://" + d.addrs["metrics"] + "/healthz"); err != nil {
-		t.Errorf("healthz during the flood: %v", err)
-	} else {
-		resp.Body.Close()
+	if n, err := api.NewClient("http://" + d.addrs["api-tcp"]).WithToken("0123456789abcdef0123").Node(context.Background()); err != nil || n.Allocatable.MilliCPU != 4000 {
+		t.Errorf("the TCP API during the flood: %+v %v", n, err)
 	}
 	var runtimeRSS = rss(t)
 
@@ -264,9 +263,11 @@ func TestIdleConnectionsBounded(t *testing.T) {
 			longest = max(longest, d)
 		}
 		t.Logf("%s: %d connections answered; the longest stayed open %v after its answer", name, len(opens), longest)
-		bound := idle + 2*time.Second
+		// Loose, for a loaded machine; without the timeouts they stayed open
+		// until the client gave up (the test's limit).
+		bound := idle + 5*time.Second
 		if name == "api-tcp" {
-			bound = 500 * time.Millisecond // closed with the 401
+			bound = 3 * time.Second // closed with the 401, not after the idle timeout
 		}
 		if longest > bound {
 			t.Errorf("%s: a connection stayed open %v after its answer (bound %v)", name, longest, bound)
@@ -324,4 +325,96 @@ func TestWatchOutlivesServerTimeouts(t *testing.T) {
 	if last.Intent.ID != "late" || last.Intent.Status.State != intent.Completed {
 		t.Errorf("last event %+v", last)
 	}
+}
+
+// TestWatchStreamsMemory: 1,000 watch streams and 300 intents (issue 15:
+// 452 MB RSS, each stream preallocating about 188 KiB) stay within a few
+// tens of MiB of heap, client ends included.
+func TestWatchStreamsMemory(t *testing.T) {
+	const (
+		streams  = 1000
+		all      = 100 // streams that see every event; the rest filter on a container with none
+		ctrs     = 30
+		resizes  = 300
+		heapStop = 48 << 20
+	)
+	raiseFileLimit(t, 2*streams+1000)
+	var paths []string
+	for i := range ctrs {
+		paths = append(paths, fmt.Sprintf("/kubepods/pod%d/c", i))
+	}
+	o := DefaultOptions()
+	o.StateDir = ""
+	o.Socket = filepath.Join(t.TempDir(), "agent.sock")
+	o.MetricsAddress = ""
+	o.MaxConnections, o.MaxWatches, o.MaxWatchesPerPeer = 2*streams, streams+10, streams+10
+	o.CPUAllocatable, o.MemoryAllocatable = "64", "64Gi"
+	startDaemon(t, o, paths...)
+
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	heap0 := heap()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var readers sync.WaitGroup
+	for i := range streams {
+		c, err := net.Dial("unix", o.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		q := "container=none"
+		if i < all {
+			q = ""
+		}
+		io.WriteString(c, "GET /v1/watch?"+q+" HTTP/1.1\r\nHost: agent\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("stream %d: %v %v", i, resp, err)
+		}
+		if i < all {
+			readers.Add(1)
+			go func() { defer readers.Done(); io.Copy(io.Discard, resp.Body) }()
+		}
+	}
+	heap1 := heap()
+	c := api.NewClient(o.Socket)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var ids []string
+	for i := range resizes {
+		p := paths[i%ctrs]
+		s := intent.Spec{Target: intent.Target{Name: fmt.Sprintf("c%d", i%ctrs), CgroupPath: p}}
+		s.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(int64(100+i), resource.DecimalSI)}
+		it, _, err := c.Submit(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, it.ID)
+	}
+	for _, id := range ids {
+		if _, err := c.WaitSettled(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heap2 := heap()
+	t.Logf("heap in use: %d KiB idle, %d KiB with %d streams (%d B a stream, both ends), %d KiB after %d intents",
+		heap0>>10, heap1>>10, streams, (int64(heap1)-int64(heap0))/streams, heap2>>10, resizes)
+	if grown := int64(max(heap1, heap2)) - int64(heap0); grown > heapStop {
+		t.Errorf("heap grew by %d MiB with %d streams", grown>>20, streams)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	readers.Wait()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/apiserver"
 	"github.com/resizer/resize-agent/agent/kube"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cri"
@@ -39,8 +40,12 @@ type Options struct {
 	// IdleTimeout closes keep-alive connections with no request.
 	MaxConnections int    `json:"maxConnections"`
 	IdleTimeout    string `json:"idleTimeout"`
-	CRIEndpoint    string `json:"criEndpoint"`
-	BPF            string `json:"bpf"`
+	// MaxWatches caps the API's watch streams in all, MaxWatchesPerPeer
+	// those of one client (a local user, a TCP address).
+	MaxWatches        int    `json:"maxWatches"`
+	MaxWatchesPerPeer int    `json:"maxWatchesPerPeer"`
+	CRIEndpoint       string `json:"criEndpoint"`
+	BPF               string `json:"bpf"`
 
 	CPUAllocatable    string `json:"cpuAllocatable"`
 	MemoryAllocatable string `json:"memoryAllocatable"`
@@ -89,6 +94,8 @@ func DefaultOptions() *Options {
 		MetricsAddress:      ":9847",
 		MaxConnections:      1000,
 		IdleTimeout:         "60s",
+		MaxWatches:          apiserver.DefaultMaxWatches,
+		MaxWatchesPerPeer:   apiserver.DefaultMaxWatchesPerPeer,
 		CRIEndpoint:         cri.DefaultEndpoint,
 		BPF:                 "auto",
 		CPUPeriod:           cgroup.DefaultPeriod,
@@ -121,6 +128,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address for /metrics, /healthz and /readyz (empty: none)")
 	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "connections each listener (unix socket, TCP API, metrics) holds at a time; more wait until one closes")
 	fs.StringVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "how long a keep-alive connection may stay open without a request")
+	fs.IntVar(&o.MaxWatches, "max-watches", o.MaxWatches, "watch streams the API serves at once; more are refused with 429")
+	fs.IntVar(&o.MaxWatchesPerPeer, "max-watches-per-peer", o.MaxWatchesPerPeer, "watch streams one client (a local user on the socket, an address on TCP) may hold at once")
 	fs.StringVar(&o.CRIEndpoint, "cri-endpoint", o.CRIEndpoint, "CRI runtime socket for containers named by pod UID or ID (empty: bare cgroups only)")
 	fs.StringVar(&o.BPF, "bpf", o.BPF, "eBPF pressure tracking: auto (PSI files only where BPF cannot load), on (refuse to start without it) or off")
 	fs.StringVar(&o.CPUAllocatable, "cpu-allocatable", o.CPUAllocatable, "allocatable CPU as a quantity (default: detected minus --cpu-reserved)")
@@ -226,6 +235,9 @@ func (o *Options) validate() (settings, error) {
 	}
 	s.shutdown = dur("shutdown-timeout", o.ShutdownTimeout)
 	s.idle = dur("idle-timeout", o.IdleTimeout)
+	if o.MaxWatches < 1 || o.MaxWatchesPerPeer < 1 {
+		errs = append(errs, fmt.Errorf("max-watches %d, max-watches-per-peer %d: both must be positive", o.MaxWatches, o.MaxWatchesPerPeer))
+	}
 	if o.MaxConnections < 1 {
 		errs = append(errs, fmt.Errorf("max-connections: %d is not positive", o.MaxConnections))
 	}

@@ -124,7 +124,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	reg.MustRegister(pressure.NewCollector(a.Targets, sources...))
 
 	var ready atomic.Bool
-	mux := apiserver.NewHandler(a)
+	mux := apiserver.NewHandler(a, apiserver.WithWatchLimits(o.MaxWatches, o.MaxWatchesPerPeer))
 	addOps(mux, reg, &ready, broken)
 
 	var servers []*http.Server
