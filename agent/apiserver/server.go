@@ -183,6 +183,8 @@ func fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusUnprocessableEntity, reason, err)
 	case errors.Is(err, agent.ErrNotFound):
 		writeError(w, http.StatusNotFound, "NotFound", err)
+	case errors.Is(err, agent.ErrAmbiguous):
+		writeError(w, http.StatusConflict, "AmbiguousName", err)
 	case errors.Is(err, agent.ErrConflict):
 		writeError(w, http.StatusConflict, "Conflict", err)
 	case errors.Is(err, agent.ErrRuntime):
