@@ -132,12 +132,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ue usageError
 	switch {
 	case errors.As(err, &ue):
-		fmt.Fprintln(stderr, "resizectl:", err)
+		fmt.Fprintln(stderr, "resizectl:", safe(err.Error()))
 		return exitUsage
 	case errors.Is(err, flag.ErrHelp):
 		return exitUsage
 	case err != nil:
-		fmt.Fprintln(stderr, "resizectl:", err)
+		fmt.Fprintln(stderr, "resizectl:", safe(err.Error()))
 		return exitError
 	}
 	return code
@@ -255,7 +255,7 @@ func resize(ctx context.Context, c *api.Client, fs *flag.FlagSet, args []string,
 }
 
 func watch(ctx context.Context, c *api.Client, f api.Filter, out string, stdout io.Writer) error {
-	enc := json.NewEncoder(stdout)
+	enc := json.NewEncoder(jsonSafe{stdout})
 	header := false
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	err := c.Watch(ctx, f, func(e api.Event) bool {
@@ -268,8 +268,8 @@ func watch(ctx context.Context, c *api.Client, f api.Filter, out string, stdout 
 			header = true
 		}
 		it := e.Intent
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.Status.UpdatedAt.Format("15:04:05.000"), e.Type, it.ID,
-			it.Spec.Target.Name, it.Status.State, it.Status.Reason, it.Status.Message)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.Status.UpdatedAt.Format("15:04:05.000"), safe(e.Type), safe(it.ID),
+			safe(it.Spec.Target.Name), safe(string(it.Status.State)), safe(it.Status.Reason), safe(it.Status.Message))
 		tw.Flush()
 		return true
 	})
@@ -282,7 +282,7 @@ func watch(ctx context.Context, c *api.Client, f api.Filter, out string, stdout 
 func print(w io.Writer, format string, v any, table func(io.Writer)) error {
 	switch format {
 	case "json":
-		enc := json.NewEncoder(w)
+		enc := json.NewEncoder(jsonSafe{w})
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	case "table", "":
@@ -296,8 +296,8 @@ func print(w io.Writer, format string, v any, table func(io.Writer)) error {
 func intentTable(w io.Writer, list []intent.Intent) {
 	fmt.Fprintln(w, "ID\tORIGIN\tCONTAINER\tSTATE\tREASON\tREQUESTS\tLIMITS\tAGE\tMESSAGE")
 	for _, it := range list {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.ID, originOf(it), it.Spec.Target.Name, it.Status.State, it.Status.Reason,
-			list2(it.Spec.Resources.Requests), list2(it.Spec.Resources.Limits), age(it.Status.AcceptedAt), it.Status.Message)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(it.ID), safe(originOf(it)), safe(it.Spec.Target.Name), safe(string(it.Status.State)), safe(it.Status.Reason),
+			list2(it.Spec.Resources.Requests), list2(it.Spec.Resources.Limits), age(it.Status.AcceptedAt), safe(it.Status.Message))
 	}
 }
 
@@ -336,10 +336,10 @@ func containerTable(w io.Writer, cs []api.ContainerInfo) {
 			ooms = fmt.Sprint(p.OOMKills)
 		}
 		r := c.Resources
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s/%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.CgroupPath, c.QOSClass,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s/%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(c.Name), safe(c.CgroupPath), safe(string(c.QOSClass)),
 			orDash(r.CPURequest, intent.FormatCPU), orDash(r.MemoryRequest, intent.FormatMemory),
-			orDash(r.CPULimit, intent.FormatCPU), orDash(r.MemoryLimit, intent.FormatMemory), cpuMax, weight, memMax, memCur,
-			stall, throttled, ooms, pending, driftCell(c.Drift))
+			orDash(r.CPULimit, intent.FormatCPU), orDash(r.MemoryLimit, intent.FormatMemory), safe(cpuMax), weight, safe(memMax), memCur,
+			safe(stall), throttled, ooms, safe(pending), safe(driftCell(c.Drift)))
 	}
 }
 
