@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,16 @@ func NewClient(address string) *Client {
 	}}
 	return &Client{base: "http://agent", http: &http.Client{Transport: tr}}
 }
+
+// WithTLS sets the TLS configuration (e.g. the CA that signed the agent's
+// certificate) for an https:// address.
+func (c *Client) WithTLS(conf *tls.Config) *Client {
+	c.http = &http.Client{Transport: &http.Transport{TLSClientConfig: conf}}
+	return c
+}
+
+// CloseIdleConnections closes the connections kept open for reuse.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 
 // WithToken sets a bearer token sent with every request.
 func (c *Client) WithToken(t string) *Client { c.token = t; return c }

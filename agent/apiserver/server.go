@@ -175,6 +175,8 @@ func watch(s Service, w http.ResponseWriter, r *http.Request) {
 
 func fail(w http.ResponseWriter, err error) {
 	switch {
+	case errors.Is(err, intent.ErrOutsideTargetRoot):
+		writeError(w, http.StatusBadRequest, "OutsideTargetRoot", err)
 	case errors.Is(err, intent.ErrInvalid):
 		reason := "Invalid"
 		if strings.Contains(err.Error(), intent.ReasonQoSChange) {

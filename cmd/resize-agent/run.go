@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,7 +54,8 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	agentOpts := []agent.Option{agent.WithLogger(log.With("component", "agent")), agent.WithMetrics(m), agent.WithCPUPeriod(o.CPUPeriod)}
-	agentOpts = append(agentOpts, agent.WithDriftPolicy(s.drift))
+	agentOpts = append(agentOpts, agent.WithDriftPolicy(s.drift), agent.WithTargetScope(s.scope.Check))
+	log.Info("intent targets", "below", s.scope.Roots, "allowed", s.scope.Allowed)
 	agentOpts = append(agentOpts, agent.WithShrinkTimeout(s.shrink))
 	if o.CRIEndpoint != "" {
 		rt, err := cri.Dial(o.CRIEndpoint)
@@ -129,10 +131,13 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 
 	var servers []*http.Server
 	errc := make(chan error, 3)
-	serve := func(name string, l net.Listener, h http.Handler, connCtx func(context.Context, net.Conn) context.Context) {
+	serve := func(name string, l net.Listener, h http.Handler, connCtx func(context.Context, net.Conn) context.Context, tlsConf *tls.Config) {
 		// Idle keep-alive connections were held forever: 12,000 of them
 		// took the daemon past its memory limit (issue 15).
 		l = newLimitListener(l, o.MaxConnections)
+		if tlsConf != nil {
+			l = tls.NewListener(l, tlsConf)
+		}
 		srv := &http.Server{Handler: h, ConnContext: connCtx,
 			ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: s.idle,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -157,14 +162,14 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		serve("api-unix", l, apiserver.RequirePeer(pp, mux), apiserver.PeerConnContext)
+		serve("api-unix", l, apiserver.RequirePeer(pp, mux), apiserver.PeerConnContext, nil)
 	}
 	if o.ListenTCP != "" {
 		l, err := net.Listen("tcp", o.ListenTCP)
 		if err != nil {
 			return fmt.Errorf("listen-tcp: %w", err)
 		}
-		serve("api-tcp", l, requireToken(s.token, mux), nil)
+		serve("api-tcp", l, requireToken(s.token, mux), nil, s.apiTLS)
 	}
 	metricsAddr := ""
 	if o.MetricsAddress != "" {
@@ -174,8 +179,12 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		}
 		ops := http.NewServeMux()
 		addOps(ops, reg, &ready, broken)
+		var h http.Handler = ops
+		if s.metricsTLS != nil && s.metricsTLS.ClientCAs != nil {
+			h = requireClientCert(ops)
+		}
 		metricsAddr = l.Addr().String()
-		serve("metrics", l, ops, nil)
+		serve("metrics", l, h, nil, s.metricsTLS)
 	}
 
 	// The privileged part of start-up is done: listeners bound, the socket
@@ -287,6 +296,25 @@ func requireToken(token string, h http.Handler) http.Handler {
 			// An unauthenticated peer keeps no connection open.
 			w.Header().Set("Connection", "close")
 			http.Error(w, `{"error":"a valid bearer token is required","reason":"Unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// requireClientCert serves /metrics only to clients whose certificate the
+// client CA verified; the probes' /healthz and /readyz stay open, as the
+// kubelet's probes present no certificate. The metrics name every managed
+// container, its pod UID and cgroup (issue 15).
+func requireClientCert(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "a client certificate signed by the metrics client CA is required", http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)

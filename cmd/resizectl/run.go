@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -28,7 +30,7 @@ const (
 	exitOutcome = 3 // the intent ended Failed, Infeasible or Superseded
 )
 
-const usage = `usage: resizectl [--socket PATH | --address URL] [--token-file F] COMMAND [flags]
+const usage = `usage: resizectl [--socket PATH | --address URL [--ca-file F]] [--token-file F] COMMAND [flags]
 
 commands:
   resize NAME (--cgroup PATH | --pod-uid UID | --container-id ID) [--pod-cgroup PATH]
@@ -52,8 +54,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g.SetOutput(stderr)
 	g.Usage = func() { fmt.Fprint(stderr, usage) }
 	socket := g.String("socket", envOr("RESIZE_AGENT_SOCKET", "/run/resize-agent/agent.sock"), "agent API socket")
-	address := g.String("address", os.Getenv("RESIZE_AGENT_ADDRESS"), "agent API URL (http://host:port), instead of the socket")
+	address := g.String("address", os.Getenv("RESIZE_AGENT_ADDRESS"), "agent API URL (https://host:port, or http:// on loopback), instead of the socket")
 	tokenFile := g.String("token-file", "", "bearer token file, for --address")
+	caFile := g.String("ca-file", "", "CA certificate that signed the agent's, for an https:// --address")
 	if err := g.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -66,6 +69,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		target = *address
 	}
 	c := api.NewClient(target)
+	if *caFile != "" {
+		b, err := os.ReadFile(*caFile)
+		pool := x509.NewCertPool()
+		if err == nil && !pool.AppendCertsFromPEM(b) {
+			err = fmt.Errorf("%s: no PEM certificate", *caFile)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "resizectl:", err)
+			return exitError
+		}
+		c.WithTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	}
 	if *tokenFile != "" {
 		b, err := os.ReadFile(*tokenFile)
 		if err != nil {
