@@ -278,10 +278,11 @@ func TestIdleConnectionsBounded(t *testing.T) {
 	if p := peak.Load(); p > 3*maxConn {
 		t.Errorf("the servers held %d connections at once; the cap is %d per listener", p, maxConn)
 	}
-	// Client and server are both in this process: the client's connections
-	// are counted too. Unbounded, 5,600 connections held at once took about
-	// 130 MiB here.
-	if grown := int64(heapPeak) - int64(heap0); grown > 80<<20 {
+	// Client and server are both in this process: the client's 5,600
+	// connections are counted too (the served count above is the server's
+	// alone). Bounded: about 70 MiB (90 under -race); unbounded, 5,300
+	// connections held at once took 159 MiB without -race.
+	if grown := int64(heapPeak) - int64(heap0); grown > 128<<20 {
 		t.Errorf("heap grew by %d MiB", grown>>20)
 	}
 	if resp, err := hc.Get("http://" + d.addrs["metrics"] + "/readyz"); err != nil || resp.StatusCode != 200 {
