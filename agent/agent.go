@@ -46,6 +46,12 @@ type Runtime interface {
 // Option configures an Agent.
 type Option func(*Agent)
 
+// WithTargetScope confines the targets of submitted intents: check returns
+// an error for a cgroup path they may not have (see intent.Scope).
+func WithTargetScope(check func(field, cgroup string) error) Option {
+	return func(a *Agent) { a.scope = check }
+}
+
 // WithLogger sets the logger (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(a *Agent) { a.log = l } }
 
@@ -86,6 +92,7 @@ func WithShrinkTimeout(d time.Duration) Option { return func(a *Agent) { a.shrin
 // Agent is safe for concurrent use.
 type Agent struct {
 	cg       Cgroups
+	scope    func(field, cgroup string) error // nil: any cgroup
 	rt       Runtime
 	pressure []pressure.Source
 	exits    exitWatch // exits.go
@@ -181,6 +188,17 @@ func (a *Agent) SubmitFrom(origin intent.Origin, spec intent.Spec) (intent.Inten
 	res, err := a.resolve(spec.Target)
 	if err != nil {
 		return intent.Intent{}, false, err
+	}
+	if a.scope != nil {
+		// Where the container is, as resolved: a runtime's container too.
+		for field, p := range map[string]string{"target cgroup": res.cgroup, "target.podCgroupPath": spec.Target.PodCgroupPath, "pod cgroup": res.pod} {
+			if p == "" {
+				continue
+			}
+			if err := a.scope(field, p); err != nil {
+				return intent.Intent{}, false, err
+			}
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -267,18 +267,19 @@ type admittedIntent struct {
 	want intent.Resources
 }
 
-// Forget stops managing a container (by name or cgroup path), releases what
-// it held on the ledger and fails its pending intent.
+// Forget stops managing a container (by key, cgroup path or name),
+// releases what it held on the ledger and fails its pending intent. A name
+// that several containers share (a "web" in two pods) is refused with
+// ErrAmbiguous rather than picking one.
 func (a *Agent) Forget(name string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, c := range a.containers {
-		if c.name == name || c.cgroup == name || c.key == name {
-			a.forgetLocked(c, "container removed from the agent")
-			return nil
-		}
+	c, err := a.lookupLocked(name)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("%w: container %q", ErrNotFound, name)
+	a.forgetLocked(c, "container removed from the agent")
+	return nil
 }
 
 // ForgetContainer is Forget for an intake that addresses the container by

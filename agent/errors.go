@@ -1,6 +1,9 @@
 package agent
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrNotFound is returned for an unknown intent or container, or a
@@ -24,3 +27,7 @@ var ErrJournal = errors.New("journal error")
 // errClosing is why the writes in flight stop waiting (a reclaim) once
 // Close begins; it ends up in the message of the intent that gave up.
 var errClosing = errors.New("the agent is shutting down")
+
+// ErrAmbiguous is returned when a container is named by a name several
+// managed containers share; it matches ErrConflict too.
+var ErrAmbiguous = fmt.Errorf("%w: ambiguous container name", ErrConflict)

@@ -74,7 +74,7 @@ func (a *Agent) List(f Filter, state intent.State) []intent.Intent {
 // the watcher falls too far behind, or when the agent closes.
 func (a *Agent) Watch(ctx context.Context, f Filter) <-chan Event {
 	a.mu.Lock()
-	ch := a.hub.subscribe(f)
+	sub := a.hub.subscribe(f)
 	var initial []Event
 	if f.IntentID != "" {
 		// One intent, whatever its state: no scan of the history, which
@@ -91,10 +91,10 @@ func (a *Agent) Watch(ctx context.Context, f Filter) <-chan Event {
 		}
 	}
 	a.mu.Unlock()
-	out := make(chan Event, watchBuffer)
+	out := make(chan Event) // the subscriber's queue is the buffer
 	go func() {
 		defer close(out)
-		defer a.hub.unsubscribe(ch)
+		defer a.hub.unsubscribe(sub)
 		for _, e := range initial {
 			select {
 			case out <- e:
@@ -103,16 +103,12 @@ func (a *Agent) Watch(ctx context.Context, f Filter) <-chan Event {
 			}
 		}
 		for {
+			e, ok := sub.next(ctx)
+			if !ok {
+				return
+			}
 			select {
-			case e, ok := <-ch:
-				if !ok {
-					return
-				}
-				select {
-				case out <- e:
-				case <-ctx.Done():
-					return
-				}
+			case out <- e:
 			case <-ctx.Done():
 				return
 			}

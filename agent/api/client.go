@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/resizer/resize-agent/agent/intent"
@@ -49,21 +51,36 @@ func NewClient(address string) *Client {
 	return &Client{base: "http://agent", http: &http.Client{Transport: tr}}
 }
 
+// WithTLS sets the TLS configuration (e.g. the CA that signed the agent's
+// certificate) for an https:// address.
+func (c *Client) WithTLS(conf *tls.Config) *Client {
+	c.http = &http.Client{Transport: &http.Transport{TLSClientConfig: conf}}
+	return c
+}
+
+// CloseIdleConnections closes the connections kept open for reuse.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
 // WithToken sets a bearer token sent with every request.
 func (c *Client) WithToken(t string) *Client { c.token = t; return c }
 
 func (c *Client) do(ctx context.Context, method, path string, body, out any) (int, error) {
+	code, _, err := c.doHeader(ctx, method, path, body, out)
+	return code, err
+}
+
+func (c *Client) doHeader(ctx context.Context, method, path string, body, out any) (int, http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -73,7 +90,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
@@ -82,14 +99,14 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 		if json.Unmarshal(b, &se.Body) != nil || se.Body.Error == "" {
 			se.Body.Error = strings.TrimSpace(string(b))
 		}
-		return resp.StatusCode, se
+		return resp.StatusCode, resp.Header, se
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decoding response: %w", err)
+			return resp.StatusCode, resp.Header, fmt.Errorf("decoding response: %w", err)
 		}
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, resp.Header, nil
 }
 
 // Submit submits an intent. created is false when the server already had
@@ -106,8 +123,31 @@ func (c *Client) Get(ctx context.Context, id string) (intent.Intent, error) {
 	return it, err
 }
 
-// List returns intents, optionally for one container and in one state.
+// List returns intents, optionally for one container and in one state. It
+// follows the server's pages to the end.
 func (c *Client) List(ctx context.Context, container string, state intent.State) ([]intent.Intent, error) {
+	var all []intent.Intent
+	cont := ""
+	for {
+		page, next, err := c.ListPage(ctx, container, state, 0, cont)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			if all == nil {
+				all = []intent.Intent{}
+			}
+			return all, nil
+		}
+		cont = next
+	}
+}
+
+// ListPage returns one page of intents: at most limit (0: the server's
+// page size) after the page that answered cont ("" for the first). next is
+// "" on the last page.
+func (c *Client) ListPage(ctx context.Context, container string, state intent.State, limit int, cont string) (items []intent.Intent, next string, err error) {
 	q := url.Values{}
 	if container != "" {
 		q.Set("container", container)
@@ -115,9 +155,17 @@ func (c *Client) List(ctx context.Context, container string, state intent.State)
 	if state != "" {
 		q.Set("state", string(state))
 	}
-	var out []intent.Intent
-	_, err := c.do(ctx, http.MethodGet, "/v1/intents?"+q.Encode(), nil, &out)
-	return out, err
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cont != "" {
+		q.Set("continue", cont)
+	}
+	_, h, err := c.doHeader(ctx, http.MethodGet, "/v1/intents?"+q.Encode(), nil, &items)
+	if err != nil {
+		return nil, "", err
+	}
+	return items, h.Get(HeaderContinue), nil
 }
 
 // Containers lists managed containers.

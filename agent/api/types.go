@@ -14,6 +14,10 @@ import (
 // that a client links only this package, intent and admission; the agent's
 // packages name them through aliases.
 
+// HeaderContinue is set on a page of GET /v1/intents that has more after
+// it: pass its value as the continue parameter to get the next page.
+const HeaderContinue = "Resize-Agent-Continue"
+
 // Error is the body of every error response.
 type Error struct {
 	Error  string `json:"error"`

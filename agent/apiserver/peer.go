@@ -25,8 +25,17 @@ type peerKey struct{}
 
 // PeerConnContext is an http.Server ConnContext for a unix-socket listener:
 // it records the peer's credentials for RequirePeer. A connection whose
-// credentials cannot be read gets none, and RequirePeer refuses it.
+// credentials cannot be read gets none, and RequirePeer refuses it. A
+// connection wrapped by a listener (a connection limit, TLS) is unwrapped
+// through its NetConn method.
 func PeerConnContext(ctx context.Context, c net.Conn) context.Context {
+	for {
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		c = w.NetConn()
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return ctx

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/api"
@@ -22,7 +23,9 @@ const MaxBodyBytes = 64 << 10
 type Service interface {
 	Submit(intent.Spec) (intent.Intent, bool, error)
 	Get(id string) (intent.Intent, error)
-	List(f api.Filter, state intent.State) []intent.Intent
+	// ListPage returns up to limit intents accepted after the one numbered
+	// after, and the number to continue from (0: no more).
+	ListPage(f api.Filter, state intent.State, after uint64, limit int) ([]intent.Intent, uint64)
 	Watch(ctx context.Context, f api.Filter) <-chan api.Event
 	Containers() []api.ContainerInfo
 	Forget(name string) error
@@ -31,18 +34,15 @@ type Service interface {
 
 // NewHandler returns the /v1 API on a mux; extra handlers (metrics, health)
 // can be added to the mux by the caller.
-func NewHandler(s Service) *http.ServeMux {
+func NewHandler(s Service, opts ...Option) *http.ServeMux {
+	cfg := config{maxWatches: DefaultMaxWatches, maxWatchesPerPeer: DefaultMaxWatchesPerPeer}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	watches := newWatchLimiter(cfg.maxWatches, cfg.maxWatchesPerPeer)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/intents", func(w http.ResponseWriter, r *http.Request) { submit(s, w, r) })
-	mux.HandleFunc("GET /v1/intents", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		st := intent.State(q.Get("state"))
-		if st != "" && !validState(st) {
-			writeError(w, http.StatusBadRequest, "InvalidQuery", fmt.Errorf("unknown state %q", st))
-			return
-		}
-		writeJSON(w, http.StatusOK, s.List(api.Filter{Container: q.Get("container")}, st))
-	})
+	mux.HandleFunc("GET /v1/intents", func(w http.ResponseWriter, r *http.Request) { list(s, w, r) })
 	mux.HandleFunc("GET /v1/intents/{id}", func(w http.ResponseWriter, r *http.Request) {
 		it, err := s.Get(r.PathValue("id"))
 		if err != nil {
@@ -64,7 +64,15 @@ func NewHandler(s Service) *http.ServeMux {
 	mux.HandleFunc("GET /v1/node", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Node())
 	})
-	mux.HandleFunc("GET /v1/watch", func(w http.ResponseWriter, r *http.Request) { watch(s, w, r) })
+	mux.HandleFunc("GET /v1/watch", func(w http.ResponseWriter, r *http.Request) {
+		release, err := watches.acquire(watchPeer(r))
+		if err != nil {
+			writeError(w, http.StatusTooManyRequests, "TooManyWatches", err)
+			return
+		}
+		defer release()
+		watch(s, w, r)
+	})
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NotFound", fmt.Errorf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
@@ -123,29 +131,52 @@ func submit(s Service, w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, it)
 }
 
+// WatchWriteTimeout bounds each event's write to a watcher: a reader slower
+// than this is cut off, and its stream ends.
+const WatchWriteTimeout = 10 * time.Second
+
+// watch streams events for as long as the client stays. The server's read
+// and write timeouts would cut a live stream, so it clears the read deadline
+// (the client sends nothing more; its going away still ends the request)
+// and sets a write deadline before each event instead.
 func watch(s Service, w http.ResponseWriter, r *http.Request) {
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		writeError(w, http.StatusInternalServerError, "NoStreaming", errors.New("streaming unsupported"))
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return
+	}
+	deadline := func() bool {
+		err := rc.SetWriteDeadline(time.Now().Add(WatchWriteTimeout))
+		return err == nil || errors.Is(err, http.ErrNotSupported)
 	}
 	q := r.URL.Query()
 	ch := s.Watch(r.Context(), api.Filter{IntentID: q.Get("intent"), Container: q.Get("container")})
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
+	if !deadline() {
+		return
+	}
 	w.WriteHeader(http.StatusOK)
-	fl.Flush()
+	if err := rc.Flush(); err != nil {
+		return
+	}
 	enc := json.NewEncoder(w)
 	for e := range ch {
+		if !deadline() {
+			return
+		}
 		if err := enc.Encode(e); err != nil {
 			return
 		}
-		fl.Flush()
+		if err := rc.Flush(); err != nil {
+			return
+		}
 	}
 }
 
 func fail(w http.ResponseWriter, err error) {
 	switch {
+	case errors.Is(err, intent.ErrOutsideTargetRoot):
+		writeError(w, http.StatusBadRequest, "OutsideTargetRoot", err)
 	case errors.Is(err, intent.ErrInvalid):
 		reason := "Invalid"
 		if strings.Contains(err.Error(), intent.ReasonQoSChange) {
@@ -154,6 +185,8 @@ func fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusUnprocessableEntity, reason, err)
 	case errors.Is(err, agent.ErrNotFound):
 		writeError(w, http.StatusNotFound, "NotFound", err)
+	case errors.Is(err, agent.ErrAmbiguous):
+		writeError(w, http.StatusConflict, "AmbiguousName", err)
 	case errors.Is(err, agent.ErrConflict):
 		writeError(w, http.StatusConflict, "Conflict", err)
 	case errors.Is(err, agent.ErrRuntime):

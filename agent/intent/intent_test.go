@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/cgroup"
@@ -130,5 +131,38 @@ func TestFromCgroup(t *testing.T) {
 	r = intent.FromCgroup(cgroup.State{CPUMax: cgroup.CPUMax{Quota: cgroup.Unlimited, Period: 100000}, CPUWeight: 100, MemoryMax: cgroup.Unlimited})
 	if r != (intent.Resources{}) {
 		t.Errorf("FromCgroup of an unlimited cgroup = %+v", r)
+	}
+}
+
+// TestValidateRefusesControlCharacters: names are printed, logged and put in
+// metric labels (issue 15: resizectl printed ANSI escapes raw).
+func TestValidateRefusesControlCharacters(t *testing.T) {
+	base := func(name, path string) intent.Spec {
+		s := intent.Spec{Target: intent.Target{Name: name, CgroupPath: path}}
+		s.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+		return s
+	}
+	if _, _, err := intent.Validate(base("web-1.ü x", "/kubepods/pod1/web")); err != nil {
+		t.Fatalf("a printable name: %v", err)
+	}
+	for name, s := range map[string]intent.Spec{
+		"ANSI escape":     base("web\x1b[31mred", "/a"),
+		"C0 newline":      base("web\nfake log line", "/a"),
+		"tab":             base("we\tb", "/a"),
+		"DEL":             base("web\x7f", "/a"),
+		"C1 CSI":          base("web\u009b2J", "/a"),
+		"bidi override":   base("web\u202egnp.exe", "/a"),
+		"invalid UTF-8":   base("web\xff", "/a"),
+		"path escape":     base("web", "/kubepods/\x1b]0;title\x07"),
+		"pod path C1":     {Target: intent.Target{Name: "web", CgroupPath: "/p/web", PodCgroupPath: "/p\u0085"}, Resources: base("a", "/a").Resources},
+		"bell in a path":  base("web", "/a\a"),
+		"NUL in the name": base("we\x00b", "/a"),
+	} {
+		_, _, err := intent.Validate(s)
+		if !errors.Is(err, intent.ErrInvalid) {
+			t.Errorf("%s: Validate = %v, want ErrInvalid", name, err)
+		} else if strings.ContainsAny(err.Error(), "\x1b\n\x7f\u009b\u202e") {
+			t.Errorf("%s: the error repeats the character: %q", name, err)
+		}
 	}
 }

@@ -1,7 +1,10 @@
 package intent
 
 import (
+	"fmt"
 	"regexp"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/resizer/resize-agent/cgroup/spec"
 )
@@ -20,6 +23,11 @@ func Validate(s Spec) (Spec, Change, error) {
 	}
 	if s.Target.Name == "" || len(s.Target.Name) > 253 {
 		return s, Change{}, invalid("target.name is required (at most 253 bytes)")
+	}
+	for field, v := range map[string]string{"target.name": s.Target.Name, "target.cgroupPath": s.Target.CgroupPath, "target.podCgroupPath": s.Target.PodCgroupPath} {
+		if err := CheckPrintable(field, v); err != nil {
+			return s, Change{}, err
+		}
 	}
 	ways := 0
 	for _, set := range []bool{s.Target.CgroupPath != "", s.Target.PodUID != "", s.Target.ContainerID != ""} {
@@ -62,4 +70,23 @@ func Validate(s Spec) (Spec, Change, error) {
 		return s, Change{}, err
 	}
 	return s, c, nil
+}
+
+// CheckPrintable refuses a name that is not valid UTF-8 or holds a control
+// character: C0 (tab and newline too), DEL, C1, and the bidirectional
+// controls that reorder what a terminal shows. Names are printed by
+// resizectl, logged and put in metric labels; an ANSI escape in one could
+// recolour or rewrite an operator's terminal, a newline forge a log line.
+func CheckPrintable(field, v string) error {
+	for i, r := range v {
+		if r == utf8.RuneError {
+			if _, n := utf8.DecodeRuneInString(v[i:]); n == 1 {
+				return invalid("%s is not valid UTF-8 (byte %d)", field, i)
+			}
+		}
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+			return invalid("%s has the control character %s at byte %d: names must be printable", field, fmt.Sprintf("%U", r), i)
+		}
+	}
+	return nil
 }

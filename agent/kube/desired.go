@@ -33,6 +33,13 @@ import (
 // resizePolicy from the spec for this resize. Unknown fields are an error.
 const AnnotationResources = "resize.resizer.io/resources"
 
+// An annotation's refusals name at most maxUnknownRefusals unknown
+// containers, each name cut to maxNameInMessage bytes.
+const (
+	maxUnknownRefusals = 5
+	maxNameInMessage   = 64
+)
+
 // IDPrefix starts the ID of every intent the intake submits.
 const IDPrefix = "k8s."
 
@@ -190,15 +197,25 @@ func DesiredFor(pod *corev1.Pod, mode Mode) ([]Desired, []Refusal) {
 		}
 		sort.Strings(names)
 		overrides := map[string]corev1.ResourceRequirements{}
+		unknown := 0
 		for _, name := range names {
 			if _, ok := ctrs[name]; !ok {
-				refusals = append(refusals, Refusal{Container: name, Message: fmt.Sprintf(
-					"annotation %s names container %q, which is not a container or a native sidecar of the pod (ordinary init containers and ephemeral containers cannot be resized)",
-					AnnotationResources, name)})
+				// One annotation of 256 KB named 8,000 containers, and each
+				// refusal was a log line and an Event (issue 15): a few are
+				// told apart, the rest counted in one.
+				if unknown++; unknown <= maxUnknownRefusals {
+					refusals = append(refusals, Refusal{Container: name, Message: fmt.Sprintf(
+						"annotation %s names container %q, which is not a container or a native sidecar of the pod (ordinary init containers and ephemeral containers cannot be resized)",
+						AnnotationResources, truncate(name, maxNameInMessage))})
+				}
 				continue
 			}
 			e := ann[name]
 			overrides[name], _ = fromSpec(ctrs[name].Resources, &e)
+		}
+		if more := unknown - maxUnknownRefusals; more > 0 {
+			refusals = append(refusals, Refusal{Message: fmt.Sprintf(
+				"annotation %s names %d more containers that are not in the pod", AnnotationResources, more)})
 		}
 		if before, after := podQOS(pod, nil), podQOS(pod, overrides); before != after {
 			refusals = append(refusals, Refusal{Message: fmt.Sprintf(

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,6 +119,10 @@ type podState struct {
 	// refusals are requests refused before they became intents, by
 	// container ("" for the whole annotation).
 	refusals map[string]string
+	// warned is when a refusal was last logged; suppressed counts those
+	// not logged since.
+	warned     time.Time
+	suppressed int
 	// wrote is set once the intake has set a resize condition on the pod:
 	// it then removes them too when the resize ends.
 	wrote bool
@@ -392,14 +398,57 @@ func (in *Intake) setRefusals(pod *corev1.Pod, ps *podState, refusals []Refusal)
 			now[r.Container] = r.Message
 		}
 	}
+	var changed []string
 	for c, m := range now {
 		if ps.refusals[c] != m {
-			in.log.Warn("resize request refused", "pod", ps.key, "container", c, "message", m)
-			in.event(pod, fieldPathOf(pod, c), corev1.EventTypeWarning, EventResizeError, c, m)
+			changed = append(changed, c)
 		}
 	}
 	ps.refusals = now
+	if len(changed) == 0 {
+		return
+	}
+	sort.Strings(changed)
+	for _, c := range changed {
+		in.event(pod, fieldPathOf(pod, c), corev1.EventTypeWarning, EventResizeError, printable(c), now[c])
+	}
+	// One line per pod and interval, cut short: what is refused is on the
+	// pod (Events, conditions) for whoever wants all of it.
+	ps.suppressed += len(changed)
+	if t := time.Now(); t.Sub(ps.warned) >= refusalLogInterval {
+		var b strings.Builder
+		for i, c := range changed {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			if c != "" {
+				b.WriteString("container " + printable(c) + ": ")
+			}
+			b.WriteString(now[c])
+			if b.Len() > maxRefusalLog {
+				break
+			}
+		}
+		in.log.Warn("resize request refused", "pod", ps.key, "refusals", ps.suppressed, "message", truncate(b.String(), maxRefusalLog))
+		ps.warned, ps.suppressed = t, 0
+	}
 }
+
+// printable is a container name from an annotation as a message may show
+// it: quoted when it holds control characters, and cut short.
+func printable(name string) string {
+	if intent.CheckPrintable("", name) != nil {
+		name = strconv.Quote(name)
+	}
+	return truncate(name, maxNameInMessage)
+}
+
+// Refusals of a pod's requests are logged at most once per
+// refusalLogInterval, in at most maxRefusalLog bytes.
+const (
+	refusalLogInterval = time.Minute
+	maxRefusalLog      = 1024
+)
 
 // submit hands one container's desired resources to the agent, unless the
 // agent already has that intent.

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -13,6 +16,8 @@ import (
 
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/apiserver"
+	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/kube"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cri"
@@ -28,15 +33,38 @@ type Options struct {
 	// CapacityCgroup is the cgroup the managed containers live under
 	// (e.g. /kubepods); its cpu.max and memory.max bound allocatable.
 	CapacityCgroup string `json:"capacityCgroup"`
-	Socket         string `json:"socket"`
-	ListenTCP      string `json:"listenTCP"`
-	TCPTokenFile   string `json:"tcpTokenFile"`
+	// TargetRoot is the cgroup intents' targets must be below (default:
+	// CapacityCgroup when set, else the kubepods slice or cgroup);
+	// AllowTargetCgroups names cgroups outside it, or host services below
+	// it, that may be targets too.
+	TargetRoot         string   `json:"targetRoot"`
+	AllowTargetCgroups []string `json:"allowTargetCgroups"`
+	Socket             string   `json:"socket"`
+	ListenTCP          string   `json:"listenTCP"`
+	TCPTokenFile       string   `json:"tcpTokenFile"`
+	// TLSCertFile and TLSKeyFile serve the TCP API over TLS; without them
+	// it listens on loopback addresses only.
+	TLSCertFile string `json:"tlsCertFile"`
+	TLSKeyFile  string `json:"tlsKeyFile"`
 	// APIGroup (a name or ID) may use the unix socket too: it is then 0660
 	// with that group, and its members pass the peer check.
 	APIGroup       string `json:"apiGroup"`
 	MetricsAddress string `json:"metricsAddress"`
-	CRIEndpoint    string `json:"criEndpoint"`
-	BPF            string `json:"bpf"`
+	// Metrics over TLS; with a client CA, /metrics only to clients with a
+	// certificate it signed (/healthz and /readyz stay open to probes).
+	MetricsTLSCertFile  string `json:"metricsTLSCertFile"`
+	MetricsTLSKeyFile   string `json:"metricsTLSKeyFile"`
+	MetricsClientCAFile string `json:"metricsClientCAFile"`
+	// MaxConnections caps the connections each listener holds at a time;
+	// IdleTimeout closes keep-alive connections with no request.
+	MaxConnections int    `json:"maxConnections"`
+	IdleTimeout    string `json:"idleTimeout"`
+	// MaxWatches caps the API's watch streams in all, MaxWatchesPerPeer
+	// those of one client (a local user, a TCP address).
+	MaxWatches        int    `json:"maxWatches"`
+	MaxWatchesPerPeer int    `json:"maxWatchesPerPeer"`
+	CRIEndpoint       string `json:"criEndpoint"`
+	BPF               string `json:"bpf"`
 
 	CPUAllocatable    string `json:"cpuAllocatable"`
 	MemoryAllocatable string `json:"memoryAllocatable"`
@@ -71,6 +99,8 @@ type Options struct {
 	// dropCaps is set by main: tests run the daemon in their own process,
 	// which must keep its capabilities for the tests that follow.
 	dropCaps bool
+	// The servers' read and write timeouts, shortened by tests.
+	readTimeout, writeTimeout time.Duration
 }
 
 // DefaultOptions are the daemon's defaults.
@@ -81,6 +111,10 @@ func DefaultOptions() *Options {
 		CapacityCgroup:      "/",
 		Socket:              "/run/resize-agent/agent.sock",
 		MetricsAddress:      ":9847",
+		MaxConnections:      1000,
+		IdleTimeout:         "60s",
+		MaxWatches:          apiserver.DefaultMaxWatches,
+		MaxWatchesPerPeer:   apiserver.DefaultMaxWatchesPerPeer,
 		CRIEndpoint:         cri.DefaultEndpoint,
 		BPF:                 "auto",
 		CPUPeriod:           cgroup.DefaultPeriod,
@@ -95,6 +129,8 @@ func DefaultOptions() *Options {
 		NodeName:            os.Getenv("NODE_NAME"),
 		KubeIntake:          string(kube.ModeAnnotation),
 		procRoot:            "/proc",
+		readTimeout:         readTimeout,
+		writeTimeout:        writeTimeout,
 	}
 }
 
@@ -104,11 +140,25 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CgroupRoot, "cgroup-root", o.CgroupRoot, "cgroup v2 mountpoint")
 	fs.StringVar(&o.CgroupDriver, "cgroup-driver", o.CgroupDriver, "cgroup driver of the kubelet and runtime: systemd (limits of .scope/.slice cgroups set as unit properties over D-Bus, so a daemon-reload keeps them), cgroupfs (the files), or auto (systemd where /run/systemd/system exists and the cgroup is a unit)")
 	fs.StringVar(&o.CapacityCgroup, "capacity-cgroup", o.CapacityCgroup, "cgroup (relative to the root) whose cpu.max and memory.max bound allocatable, e.g. /kubepods")
+	fs.StringVar(&o.TargetRoot, "target-root", o.TargetRoot, "cgroup (relative to the root) that intents' targets must be below, never the root itself (default: --capacity-cgroup when set, else /kubepods.slice or /kubepods, or either below kind's /kubelet); host services (system.slice, user.slice, init.scope, *.service) are refused even below it")
+	fs.Func("allow-target-cgroup", "a cgroup outside --target-root, or a host service's below it, that intents may target too (repeat for more)", func(v string) error {
+		o.AllowTargetCgroups = append(o.AllowTargetCgroups, v)
+		return nil
+	})
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "certificate for the TCP API (with --tls-key-file); without TLS, --listen-tcp must be a loopback address")
+	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "private key for the TCP API's certificate")
+	fs.StringVar(&o.MetricsTLSCertFile, "metrics-tls-cert-file", o.MetricsTLSCertFile, "serve metrics and health over TLS with this certificate (with --metrics-tls-key-file)")
+	fs.StringVar(&o.MetricsTLSKeyFile, "metrics-tls-key-file", o.MetricsTLSKeyFile, "private key for the metrics certificate")
+	fs.StringVar(&o.MetricsClientCAFile, "metrics-client-ca-file", o.MetricsClientCAFile, "serve /metrics only to clients with a certificate this CA signed (needs the metrics TLS files); /healthz and /readyz stay open for probes")
 	fs.StringVar(&o.Socket, "socket", o.Socket, "unix socket for the API (mode 0600; 0660 with --api-group)")
 	fs.StringVar(&o.ListenTCP, "listen-tcp", o.ListenTCP, "also serve the API on this TCP address (needs --tcp-token-file)")
 	fs.StringVar(&o.TCPTokenFile, "tcp-token-file", o.TCPTokenFile, "file holding the bearer token TCP clients must send")
 	fs.StringVar(&o.APIGroup, "api-group", o.APIGroup, "group (name or ID) whose members may also use the unix socket; the socket is then 0660 with that group (default: root and the socket's owner only, mode 0600)")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address for /metrics, /healthz and /readyz (empty: none)")
+	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "connections each listener (unix socket, TCP API, metrics) holds at a time; more wait until one closes")
+	fs.StringVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "how long a keep-alive connection may stay open without a request")
+	fs.IntVar(&o.MaxWatches, "max-watches", o.MaxWatches, "watch streams the API serves at once; more are refused with 429")
+	fs.IntVar(&o.MaxWatchesPerPeer, "max-watches-per-peer", o.MaxWatchesPerPeer, "watch streams one client (a local user on the socket, an address on TCP) may hold at once")
 	fs.StringVar(&o.CRIEndpoint, "cri-endpoint", o.CRIEndpoint, "CRI runtime socket for containers named by pod UID or ID (empty: bare cgroups only)")
 	fs.StringVar(&o.BPF, "bpf", o.BPF, "eBPF pressure tracking: auto (PSI files only where BPF cannot load), on (refuse to start without it) or off")
 	fs.StringVar(&o.CPUAllocatable, "cpu-allocatable", o.CPUAllocatable, "allocatable CPU as a quantity (default: detected minus --cpu-reserved)")
@@ -168,9 +218,13 @@ type settings struct {
 	drift       agent.DriftPolicy
 	driftEvery  time.Duration
 	shutdown    time.Duration
+	idle        time.Duration
 	shrink      time.Duration // < 0: off
 	token       string
-	apiGIDs     []uint32 // --api-group
+	scope       intent.Scope
+	apiTLS      *tls.Config // nil: plain HTTP, loopback only
+	metricsTLS  *tls.Config // nil: plain HTTP
+	apiGIDs     []uint32    // --api-group
 }
 
 func (o *Options) validate() (settings, error) {
@@ -212,6 +266,13 @@ func (o *Options) validate() (settings, error) {
 		s.drift = p
 	}
 	s.shutdown = dur("shutdown-timeout", o.ShutdownTimeout)
+	s.idle = dur("idle-timeout", o.IdleTimeout)
+	if o.MaxWatches < 1 || o.MaxWatchesPerPeer < 1 {
+		errs = append(errs, fmt.Errorf("max-watches %d, max-watches-per-peer %d: both must be positive", o.MaxWatches, o.MaxWatchesPerPeer))
+	}
+	if o.MaxConnections < 1 {
+		errs = append(errs, fmt.Errorf("max-connections: %d is not positive", o.MaxConnections))
+	}
 	if o.MemoryShrinkTimeout == "off" {
 		s.shrink = -1
 	} else {
@@ -230,6 +291,40 @@ func (o *Options) validate() (settings, error) {
 			errs = append(errs, fmt.Errorf("tcp-token-file: %w", err))
 		} else if s.token = string(trimSpace(b)); len(s.token) < 16 {
 			errs = append(errs, errors.New("tcp-token-file: the token must be at least 16 characters"))
+		}
+	}
+	s.scope, errs = o.targetScope(errs)
+	if o.ListenTCP != "" {
+		if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+			errs = append(errs, errors.New("give both tls-cert-file and tls-key-file, or neither"))
+		} else if o.TLSCertFile != "" {
+			if c, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile); err != nil {
+				errs = append(errs, fmt.Errorf("tls-cert-file: %w", err))
+			} else {
+				s.apiTLS = &tls.Config{Certificates: []tls.Certificate{c}, MinVersion: tls.VersionTLS12}
+			}
+		} else if !loopback(o.ListenTCP) {
+			errs = append(errs, fmt.Errorf("listen-tcp %s is not a loopback address: the bearer token would cross the network in clear; serve the TCP API over TLS (tls-cert-file, tls-key-file) or listen on 127.0.0.1 or [::1]", o.ListenTCP))
+		}
+	}
+	if o.MetricsTLSCertFile != "" || o.MetricsTLSKeyFile != "" || o.MetricsClientCAFile != "" {
+		if o.MetricsTLSCertFile == "" || o.MetricsTLSKeyFile == "" {
+			errs = append(errs, errors.New("metrics TLS needs both metrics-tls-cert-file and metrics-tls-key-file"))
+		} else if c, err := tls.LoadX509KeyPair(o.MetricsTLSCertFile, o.MetricsTLSKeyFile); err != nil {
+			errs = append(errs, fmt.Errorf("metrics-tls-cert-file: %w", err))
+		} else {
+			s.metricsTLS = &tls.Config{Certificates: []tls.Certificate{c}, MinVersion: tls.VersionTLS12}
+			if o.MetricsClientCAFile != "" {
+				pool := x509.NewCertPool()
+				if b, err := os.ReadFile(o.MetricsClientCAFile); err != nil {
+					errs = append(errs, fmt.Errorf("metrics-client-ca-file: %w", err))
+				} else if !pool.AppendCertsFromPEM(b) {
+					errs = append(errs, fmt.Errorf("metrics-client-ca-file %s: no PEM certificate", o.MetricsClientCAFile))
+				}
+				// Verified when given; /metrics then insists on one
+				// (requireClientCert), the probes' endpoints do not.
+				s.metricsTLS.ClientCAs, s.metricsTLS.ClientAuth = pool, tls.VerifyClientCertIfGiven
+			}
 		}
 	}
 	if o.APIGroup != "" {
@@ -275,4 +370,47 @@ func trimSpace(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// targetScope is the part of the cgroup tree intents may target.
+func (o *Options) targetScope(errs []error) (intent.Scope, []error) {
+	var sc intent.Scope
+	switch {
+	case o.TargetRoot != "":
+		if o.TargetRoot == "/" {
+			sc.Roots = []string{"/"} // asked for by name: the host's services stay out
+		} else if p, err := cgroup.CleanPath(o.TargetRoot); err != nil {
+			errs = append(errs, fmt.Errorf("target-root: %w", err))
+		} else {
+			sc.Roots = []string{p}
+		}
+	case o.CapacityCgroup != "/" && o.CapacityCgroup != "":
+		p, _ := cgroup.CleanPath(o.CapacityCgroup) // checked with capacity-cgroup
+		sc.Roots = []string{p}
+	default:
+		sc.Roots = intent.DefaultTargetRoots
+	}
+	for _, a := range o.AllowTargetCgroups {
+		p, err := cgroup.CleanPath(a)
+		if err != nil || p == "/" {
+			errs = append(errs, fmt.Errorf("allow-target-cgroup %q: not a cgroup below the root: %v", a, err))
+			continue
+		}
+		sc.Allowed = append(sc.Allowed, p)
+	}
+	return sc, errs
+}
+
+// loopback reports whether addr (host:port) listens on loopback only: an
+// empty host listens on every interface.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,7 +54,8 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	agentOpts := []agent.Option{agent.WithLogger(log.With("component", "agent")), agent.WithMetrics(m), agent.WithCPUPeriod(o.CPUPeriod)}
-	agentOpts = append(agentOpts, agent.WithDriftPolicy(s.drift))
+	agentOpts = append(agentOpts, agent.WithDriftPolicy(s.drift), agent.WithTargetScope(s.scope.Check))
+	log.Info("intent targets", "below", s.scope.Roots, "allowed", s.scope.Allowed)
 	agentOpts = append(agentOpts, agent.WithShrinkTimeout(s.shrink))
 	if o.CRIEndpoint != "" {
 		rt, err := cri.Dial(o.CRIEndpoint)
@@ -124,13 +126,20 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	reg.MustRegister(pressure.NewCollector(a.Targets, sources...))
 
 	var ready atomic.Bool
-	mux := apiserver.NewHandler(a)
+	mux := apiserver.NewHandler(a, apiserver.WithWatchLimits(o.MaxWatches, o.MaxWatchesPerPeer))
 	addOps(mux, reg, &ready, broken)
 
 	var servers []*http.Server
 	errc := make(chan error, 3)
-	serve := func(name string, l net.Listener, h http.Handler, connCtx func(context.Context, net.Conn) context.Context) {
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: connCtx,
+	serve := func(name string, l net.Listener, h http.Handler, connCtx func(context.Context, net.Conn) context.Context, tlsConf *tls.Config) {
+		// Idle keep-alive connections were held forever: 12,000 of them
+		// took the daemon past its memory limit (issue 15).
+		l = newLimitListener(l, o.MaxConnections)
+		if tlsConf != nil {
+			l = tls.NewListener(l, tlsConf)
+		}
+		srv := &http.Server{Handler: h, ConnContext: connCtx,
+			ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: s.idle,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		servers = append(servers, srv)
 		log.Info("serving", "listener", name, "address", l.Addr().String())
@@ -153,14 +162,14 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		serve("api-unix", l, apiserver.RequirePeer(pp, mux), apiserver.PeerConnContext)
+		serve("api-unix", l, apiserver.RequirePeer(pp, mux), apiserver.PeerConnContext, nil)
 	}
 	if o.ListenTCP != "" {
 		l, err := net.Listen("tcp", o.ListenTCP)
 		if err != nil {
 			return fmt.Errorf("listen-tcp: %w", err)
 		}
-		serve("api-tcp", l, requireToken(s.token, mux), nil)
+		serve("api-tcp", l, requireToken(s.token, mux), nil, s.apiTLS)
 	}
 	metricsAddr := ""
 	if o.MetricsAddress != "" {
@@ -170,8 +179,12 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		}
 		ops := http.NewServeMux()
 		addOps(ops, reg, &ready, broken)
+		var h http.Handler = ops
+		if s.metricsTLS != nil && s.metricsTLS.ClientCAs != nil {
+			h = requireClientCert(ops)
+		}
 		metricsAddr = l.Addr().String()
-		serve("metrics", l, ops, nil)
+		serve("metrics", l, h, nil, s.metricsTLS)
 	}
 
 	// The privileged part of start-up is done: listeners bound, the socket
@@ -280,7 +293,28 @@ func requireToken(token string, h http.Handler) http.Handler {
 		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", "Bearer")
+			// An unauthenticated peer keeps no connection open.
+			w.Header().Set("Connection", "close")
 			http.Error(w, `{"error":"a valid bearer token is required","reason":"Unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// requireClientCert serves /metrics only to clients whose certificate the
+// client CA verified; the probes' /healthz and /readyz stay open, as the
+// kubelet's probes present no certificate. The metrics name every managed
+// container, its pod UID and cgroup (issue 15).
+func requireClientCert(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "a client certificate signed by the metrics client CA is required", http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)

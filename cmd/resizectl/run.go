@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -28,7 +30,7 @@ const (
 	exitOutcome = 3 // the intent ended Failed, Infeasible or Superseded
 )
 
-const usage = `usage: resizectl [--socket PATH | --address URL] [--token-file F] COMMAND [flags]
+const usage = `usage: resizectl [--socket PATH | --address URL [--ca-file F]] [--token-file F] COMMAND [flags]
 
 commands:
   resize NAME (--cgroup PATH | --pod-uid UID | --container-id ID) [--pod-cgroup PATH]
@@ -52,8 +54,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g.SetOutput(stderr)
 	g.Usage = func() { fmt.Fprint(stderr, usage) }
 	socket := g.String("socket", envOr("RESIZE_AGENT_SOCKET", "/run/resize-agent/agent.sock"), "agent API socket")
-	address := g.String("address", os.Getenv("RESIZE_AGENT_ADDRESS"), "agent API URL (http://host:port), instead of the socket")
+	address := g.String("address", os.Getenv("RESIZE_AGENT_ADDRESS"), "agent API URL (https://host:port, or http:// on loopback), instead of the socket")
 	tokenFile := g.String("token-file", "", "bearer token file, for --address")
+	caFile := g.String("ca-file", "", "CA certificate that signed the agent's, for an https:// --address")
 	if err := g.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -66,6 +69,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		target = *address
 	}
 	c := api.NewClient(target)
+	if *caFile != "" {
+		b, err := os.ReadFile(*caFile)
+		pool := x509.NewCertPool()
+		if err == nil && !pool.AppendCertsFromPEM(b) {
+			err = fmt.Errorf("%s: no PEM certificate", *caFile)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "resizectl:", err)
+			return exitError
+		}
+		c.WithTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	}
 	if *tokenFile != "" {
 		b, err := os.ReadFile(*tokenFile)
 		if err != nil {
@@ -132,12 +147,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ue usageError
 	switch {
 	case errors.As(err, &ue):
-		fmt.Fprintln(stderr, "resizectl:", err)
+		fmt.Fprintln(stderr, "resizectl:", safe(err.Error()))
 		return exitUsage
 	case errors.Is(err, flag.ErrHelp):
 		return exitUsage
 	case err != nil:
-		fmt.Fprintln(stderr, "resizectl:", err)
+		fmt.Fprintln(stderr, "resizectl:", safe(err.Error()))
 		return exitError
 	}
 	return code
@@ -255,7 +270,7 @@ func resize(ctx context.Context, c *api.Client, fs *flag.FlagSet, args []string,
 }
 
 func watch(ctx context.Context, c *api.Client, f api.Filter, out string, stdout io.Writer) error {
-	enc := json.NewEncoder(stdout)
+	enc := json.NewEncoder(jsonSafe{stdout})
 	header := false
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	err := c.Watch(ctx, f, func(e api.Event) bool {
@@ -268,8 +283,8 @@ func watch(ctx context.Context, c *api.Client, f api.Filter, out string, stdout 
 			header = true
 		}
 		it := e.Intent
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.Status.UpdatedAt.Format("15:04:05.000"), e.Type, it.ID,
-			it.Spec.Target.Name, it.Status.State, it.Status.Reason, it.Status.Message)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.Status.UpdatedAt.Format("15:04:05.000"), safe(e.Type), safe(it.ID),
+			safe(it.Spec.Target.Name), safe(string(it.Status.State)), safe(it.Status.Reason), safe(it.Status.Message))
 		tw.Flush()
 		return true
 	})
@@ -282,7 +297,7 @@ func watch(ctx context.Context, c *api.Client, f api.Filter, out string, stdout 
 func print(w io.Writer, format string, v any, table func(io.Writer)) error {
 	switch format {
 	case "json":
-		enc := json.NewEncoder(w)
+		enc := json.NewEncoder(jsonSafe{w})
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	case "table", "":
@@ -296,8 +311,8 @@ func print(w io.Writer, format string, v any, table func(io.Writer)) error {
 func intentTable(w io.Writer, list []intent.Intent) {
 	fmt.Fprintln(w, "ID\tORIGIN\tCONTAINER\tSTATE\tREASON\tREQUESTS\tLIMITS\tAGE\tMESSAGE")
 	for _, it := range list {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.ID, originOf(it), it.Spec.Target.Name, it.Status.State, it.Status.Reason,
-			list2(it.Spec.Resources.Requests), list2(it.Spec.Resources.Limits), age(it.Status.AcceptedAt), it.Status.Message)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(it.ID), safe(originOf(it)), safe(it.Spec.Target.Name), safe(string(it.Status.State)), safe(it.Status.Reason),
+			list2(it.Spec.Resources.Requests), list2(it.Spec.Resources.Limits), age(it.Status.AcceptedAt), safe(it.Status.Message))
 	}
 }
 
@@ -336,10 +351,10 @@ func containerTable(w io.Writer, cs []api.ContainerInfo) {
 			ooms = fmt.Sprint(p.OOMKills)
 		}
 		r := c.Resources
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s/%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.CgroupPath, c.QOSClass,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s/%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(c.Name), safe(c.CgroupPath), safe(string(c.QOSClass)),
 			orDash(r.CPURequest, intent.FormatCPU), orDash(r.MemoryRequest, intent.FormatMemory),
-			orDash(r.CPULimit, intent.FormatCPU), orDash(r.MemoryLimit, intent.FormatMemory), cpuMax, weight, memMax, memCur,
-			stall, throttled, ooms, pending, driftCell(c.Drift))
+			orDash(r.CPULimit, intent.FormatCPU), orDash(r.MemoryLimit, intent.FormatMemory), safe(cpuMax), weight, safe(memMax), memCur,
+			safe(stall), throttled, ooms, safe(pending), safe(driftCell(c.Drift)))
 	}
 }
 

@@ -36,7 +36,8 @@ func startDaemon(bpf, socket, logPath, stateDir string) (*daemon, error) {
 		return nil, err
 	}
 	cmd := exec.Command("resize-agent", "--socket", socket, "--metrics-address", "",
-		"--cpu-allocatable", "100000", "--memory-allocatable", "1Ti", "--bpf", bpf, "--state-dir", stateDir)
+		"--cpu-allocatable", "100000", "--memory-allocatable", "1Ti", "--bpf", bpf, "--state-dir", stateDir,
+		"--target-root", "/") // the benchmarks' cgroups are not all below kubepods
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {
 		lf.Close()

@@ -84,7 +84,9 @@ func (h *harness) start(cycle int) *daemon {
 	d.cmd = exec.Command(h.bin,
 		"--cgroup-root="+h.mnt, "--socket="+h.socket, "--state-dir="+filepath.Join(h.dir, "state"),
 		"--metrics-address=", "--cri-endpoint=", "--bpf=off", "--node-name=",
-		"--cpu-allocatable=8", "--memory-allocatable=8Gi")
+		"--cpu-allocatable=8", "--memory-allocatable=8Gi",
+		// The test's cgroups are outside the kubepods default target root.
+		"--allow-target-cgroup=/resize-agent-test")
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	begin := time.Now()
 	if err := d.cmd.Start(); err != nil {

@@ -66,7 +66,8 @@ echo "kernel's values now: cpu.max=\"$(cat "$CG$CGPATH/cpu.max")\" cpu.weight=$(
 echo "it uses $(cpu_rate "$CGPATH") CPUs"
 
 say "starting resize-agent (capacity detected from this machine)"
-resize-agent --socket "$SOCK" --metrics-address "$METRICS" --cpu-reserved 100m --memory-reserved 128Mi >/tmp/agent.log 2>&1 &
+# --allow-target-cgroup: the bare-cgroup targets live outside /kubepods.
+resize-agent --socket "$SOCK" --metrics-address "$METRICS" --cpu-reserved 100m --memory-reserved 128Mi --allow-target-cgroup /resize-demo >/tmp/agent.log 2>&1 &
 AGENT=$!
 i=0
 until [ -S "$SOCK" ]; do
