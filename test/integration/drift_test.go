@@ -130,6 +130,16 @@ func TestDriftRestoreBareCgroup(t *testing.T) {
 			t.Errorf("drift_total{%s,restore} = %v, want %v", step.resource, got, before+1)
 		}
 	}
+	// The file holds the value once the write is done; the intent is
+	// Completed after its read-back and journal record, a moment later.
+	waitFor(t, "drift intents settled", 5*driftInterval, func() bool {
+		for _, it := range driftIntents(e.a) {
+			if !it.Status.State.Terminal() {
+				return false
+			}
+		}
+		return true
+	})
 	ds := driftIntents(e.a)
 	if len(ds) != 3 {
 		t.Fatalf("%d drift intents, want 3", len(ds))
