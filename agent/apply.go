@@ -42,6 +42,12 @@ func (a *Agent) work(c *container) {
 		r := c.pending
 		if r == nil || a.closing || (r.Status.State == intent.Deferred && !r.retry) {
 			c.running = false
+			// An exit reported after apply's own check but while this worker
+			// still ran was only recorded (see handleExit): act on it now, or
+			// the capacity stays held until the next resync.
+			if c.exited != "" && c.exited == c.cgroup && !a.closing {
+				a.exitedLocked(c)
+			}
 			a.mu.Unlock()
 			return
 		}
