@@ -63,6 +63,9 @@ image:
 # with a control plane on the host; the agent deployed from deploy/ and the
 # e2e tests in test/node run against it (test/node/run.sh). Fails if the
 # node cannot be brought up.
+# The node's image holds only the host's arch (the VM is this machine's);
+# `make image` alone writes both.
+test-node: IMAGE_ARCHS := $(shell go env GOARCH)
 test-node: image
 	test/node/run.sh
 
@@ -94,7 +97,10 @@ test-monitoring:
 	@promtool=$$(test/tools.sh promtool) && $$promtool check rules deploy/monitoring/rules.yaml && \
 		cd deploy/monitoring && $$promtool test rules rules_test.yaml
 
-test: test-unit fuzz test-monitoring test-vm test-k8s
+# Every test (test/all.sh): the host tests, the VM suite with the
+# Kubernetes builds beside it, the API server tests, the real node.
+test:
+	test/all.sh
 
 # The main job: the agent resizing a running container, one Infeasible
 # resize, and the metrics. On a host without usable cgroup v2 controllers it

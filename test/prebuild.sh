@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds, at low priority, what test-k8s and test-node will need, so that
+# `make test` can do it while the single-vCPU VM suite leaves a core idle
+# (test/all.sh starts it in the background). Everything it builds is cached
+# (the Kubernetes binaries under /var/cache/resize-agent-k8s, the rest in Go's
+# build cache), and the foreground steps build it again themselves if this
+# failed or was killed: it only saves time, it decides nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+start=$SECONDS
+step() { echo "prebuild: $* ($((SECONDS - start)) s)" >&2; }
+step "kube-apiserver, etcd"
+nice -n 10 test/k8s/build.sh
+step "kubelet, kubectl, kube-controller-manager, kube-scheduler, CNI"
+nice -n 10 test/node/build.sh
+# The agent's image binaries as `make image` builds them (host arch only:
+# the node is this machine's arch), and the node and API server test
+# binaries, into Go's cache.
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+step "the agent's static binaries"
+CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags "-s -w" -o "$out/" ./cmd/resize-agent ./cmd/resizectl
+step "test binaries"
+nice -n 10 go test -c -o "$out/node.test" ./test/node
+nice -n 10 go test -c -o "$out/k8s.test" ./test/k8s
+step "done"
