@@ -110,7 +110,7 @@ demo:
 
 # Benchmarks: Go microbenchmarks on the host, then the agent against runc,
 # containerd and CRI (ratios to a bare cgroup write) in the VM; rewrites
-# README.md's bench block. BENCH_N=100 for a quick run.
+# docs/benchmarks.md's bench block. BENCH_N=100 for a quick run.
 .PHONY: bench
 bench:
 	test/bench/bench.sh

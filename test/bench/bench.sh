@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make bench: the Go microbenchmarks on the host, then the resize
 # benchmarks in the VM harness (real cgroup v2 kernel, containerd, runc, one
-# vCPU as in the other VM runs), then README.md's bench block rewritten from
-# the results.
+# vCPU as in the other VM runs), then docs/benchmarks.md's bench block rewritten
+# from the results.
 #
 #   BENCH_N          resizes per method, and the scale of the other runs (default 1000)
 #   BENCH_N_RUNTIME  resizes per method that goes through containerd (default 200:
@@ -11,7 +11,7 @@
 #   BENCH_REST       how long the agent is sampled at rest (default 10s)
 #   BENCH_COUNT      -count of the microbenchmarks (default 6, the fewest for which
 #                    benchstat gives a 95% confidence interval)
-#   BENCH_README     file to render into (default README.md; "-" renders nothing)
+#   BENCH_README     file to render into (default docs/benchmarks.md; "-" renders nothing)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -21,7 +21,7 @@ N=${BENCH_N:-1000}
 N_RUNTIME=${BENCH_N_RUNTIME:-200}
 REST=${BENCH_REST:-10s}
 COUNT=${BENCH_COUNT:-6}
-README=${BENCH_README:-README.md}
+README=${BENCH_README:-docs/benchmarks.md}
 # benchstat, pinned, fetched through the module proxy once (Go's cache).
 BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
@@ -45,7 +45,7 @@ go test -run='^$' -bench=. -benchmem -count="$COUNT" ./cgroup ./agent/intent ./a
 if GOFLAGS= go run "$BENCHSTAT" "$out/micro.txt" >"$out/benchstat.txt" 2>"$out/benchstat.err"; then
 	cat "$out/benchstat.txt"
 else
-	echo "benchstat unavailable ($(head -n1 "$out/benchstat.err")); the README gets the raw lines"
+	echo "benchstat unavailable ($(head -n1 "$out/benchstat.err")); the bench page gets the raw lines"
 	: >"$out/benchstat.txt"
 fi
 

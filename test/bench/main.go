@@ -1,10 +1,10 @@
 // Command bench measures resize-agent against the tools a user would
 // otherwise use for the same change (runc, containerd, CRI, a bare write of
 // the cgroup file), inside the VM harness's cgroup v2 kernel with
-// containerd, and renders the results into README.md.
+// containerd, and renders the results into docs/benchmarks.md.
 //
 //	bench run -out DIR [-n 1000] [-n-runtime 1000]   (in the guest, as root)
-//	bench render -results FILE -readme README.md [-micro FILE] [-benchstat FILE] [-host TEXT]
+//	bench render -results FILE -readme docs/benchmarks.md [-micro FILE] [-benchstat FILE] [-host TEXT]
 package main
 
 import (
@@ -39,7 +39,7 @@ func main() {
 		fs := flag.NewFlagSet("render", flag.ExitOnError)
 		var r renderConfig
 		fs.StringVar(&r.results, "results", "", "results.json from a guest run")
-		fs.StringVar(&r.readme, "readme", "README.md", "file whose bench block is rewritten")
+		fs.StringVar(&r.readme, "readme", "docs/benchmarks.md", "file whose bench block is rewritten")
 		fs.StringVar(&r.micro, "micro", "", "go test -bench output")
 		fs.StringVar(&r.benchstat, "benchstat", "", "benchstat's summary of it (optional)")
 		fs.StringVar(&r.host, "host", "", "what the host was doing (load)")

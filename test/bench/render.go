@@ -20,8 +20,8 @@ type renderConfig struct {
 	results, readme, micro, benchstat, host, runtime, profile, count string
 }
 
-// render rewrites the block between the bench markers of the README from
-// one run's results.
+// render rewrites the block between the bench markers of the bench page
+// (docs/benchmarks.md) from one run's results.
 func render(c renderConfig) error {
 	b, err := os.ReadFile(c.results)
 	if err != nil {
