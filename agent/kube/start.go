@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -24,6 +25,9 @@ type Config struct {
 	// Intake is annotation, spec, both or off.
 	Intake string
 	Logger *slog.Logger
+	// Companions run beside the intake, with its client, until it stops
+	// (the resize latency tracker, agent/kube/latency).
+	Companions []func(context.Context, kubernetes.Interface) error
 }
 
 // Enabled reports whether the intake is to run: a mode other than off and
@@ -94,8 +98,17 @@ func Start(ctx context.Context, c Config, a Agent) (stop func(), err error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, run := range c.Companions {
+		wg.Go(func() {
+			if err := run(ctx, client); err != nil {
+				log.Error("kubernetes companion stopped", "err", err)
+			}
+		})
+	}
 	go func() {
 		defer close(done)
+		defer wg.Wait()
 		if err := in.Run(ctx); err != nil {
 			log.Error("kubernetes intake stopped", "err", err)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/journal"
 	"github.com/resizer/resize-agent/agent/kube"
+	"github.com/resizer/resize-agent/agent/kube/latency"
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup"
@@ -127,6 +128,18 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 
 	var ready atomic.Bool
 	mux := apiserver.NewHandler(a, apiserver.WithWatchLimits(o.MaxWatches, o.MaxWatchesPerPeer))
+	kc := o.kubeConfig(log.With("component", "kube"))
+	kubeResizes := metrics.NewKubeResize(reg)
+	if kc.Enabled() {
+		// Every resize on the node, whoever asked: its phases and pressure.
+		lat, err := latency.New(latency.Options{NodeName: kc.NodeName, Cgroups: cg, Sources: sources,
+			Metrics: kubeResizes, Logger: log.With("component", "latency")})
+		if err != nil {
+			return errors.Join(err, a.Close(context.Background()))
+		}
+		mux.Handle("GET /v1/kube/resizes", lat)
+		kc.Companions = append(kc.Companions, lat.Run)
+	}
 	addOps(mux, reg, &ready, broken)
 
 	var servers []*http.Server
@@ -195,7 +208,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		}
 	}
 
-	stopKube, err := kube.Start(ctx, o.kubeConfig(log.With("component", "kube")), a)
+	stopKube, err := kube.Start(ctx, kc, a)
 	if err != nil {
 		return errors.Join(err, a.Close(context.Background()))
 	}

@@ -1,0 +1,614 @@
+package latency
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/agent/pressure"
+	"github.com/resizer/resize-agent/cgroup"
+)
+
+// EventResizeMeasured is the reason of the agent's Event on a measured
+// resize: its own, never one of the kubelet's.
+const EventResizeMeasured = "ResizeMeasured"
+
+// Cgroups is what the tracker reads of the cgroup files; *cgroup.Manager
+// implements it.
+type Cgroups interface {
+	Read(p string) (cgroup.State, error)
+	Exists(p string) (bool, error)
+	PageSize() int64
+}
+
+var _ Cgroups = (*cgroup.Manager)(nil)
+
+// Options configure a Tracker. Zero values take the defaults.
+type Options struct {
+	NodeName string
+	Cgroups  Cgroups
+	// Sources give the pressure evidence; none: no evidence.
+	Sources []pressure.Source
+	Metrics *metrics.KubeResize
+	Logger  *slog.Logger
+	// Recorder writes the ResizeMeasured Events (Run makes one if nil).
+	Recorder record.EventRecorder
+	// Poll is how often the cgroup files of an open resize are read
+	// (100ms); SampleEvery how often every container's pressure is
+	// (5s); Window the length of the windows before and after (30s).
+	Poll, SampleEvery, Window time.Duration
+	// Timeout ends a resize not done after it (10m); Grace ends one whose
+	// status reports the new values while the files never held them
+	// (30s after the status).
+	Timeout, Grace time.Duration
+	// MaxContainers bounds the containers sampled (256); Keep the
+	// measured resizes listed (256).
+	MaxContainers, Keep int
+}
+
+// Tracker measures the resizes of the pods on one node.
+type Tracker struct {
+	opts Options
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	pods map[types.UID]*podTrack
+	// waiting are resizes whose phases are done and whose window after is
+	// still running; done the last Keep measured resizes, oldest first.
+	waiting []*resize
+	done    []*resize
+	// nextSample is when every container's pressure is read next.
+	nextSample time.Time
+}
+
+type podTrack struct {
+	ref  corev1.ObjectReference
+	key  string
+	gen  int64
+	qos  corev1.PodQOSClass
+	spec map[string]corev1.ResourceRequirements
+	ids  map[string]string // container name -> runtime ID
+	// cgroups located per container name, with the ID they are for.
+	cgroups map[string]located
+	rings   map[string]*ring
+	open    *resize
+}
+
+type located struct{ id, path string }
+
+type resize struct {
+	pod        *podTrack
+	rec        api.KubeResize
+	want       map[string]corev1.ResourceRequirements
+	accepted   time.Time
+	seen       time.Time
+	admitted   time.Time
+	cgroupAt   time.Time
+	statusAt   time.Time
+	mismatch   string // the last cgroup files that did not hold the new values
+	before     map[string]*api.PressureWindow
+	tookBefore bool
+	afterStart map[string]reading
+	until      time.Time // end of the window after
+}
+
+// New returns a Tracker; Run watches the node's pods.
+func New(opts Options) (*Tracker, error) {
+	if opts.NodeName == "" {
+		return nil, errors.New("latency: the node name is required")
+	}
+	if opts.Cgroups == nil {
+		return nil, errors.New("latency: cgroups are required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&opts.Poll, 100*time.Millisecond)
+	def(&opts.SampleEvery, 5*time.Second)
+	def(&opts.Window, 30*time.Second)
+	def(&opts.Timeout, 10*time.Minute)
+	def(&opts.Grace, 30*time.Second)
+	if opts.MaxContainers <= 0 {
+		opts.MaxContainers = 256
+	}
+	if opts.Keep <= 0 {
+		opts.Keep = 256
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Tracker{opts: opts, log: opts.Logger, pods: map[types.UID]*podTrack{}}, nil
+}
+
+// ringSize keeps a window's worth of samples and two more, so that a
+// reading at least Window old is at hand when a resize starts.
+func (t *Tracker) ringSize() int { return int(t.opts.Window/t.opts.SampleEvery) + 2 }
+
+// observe takes a pod as the informer hands it at now.
+func (t *Tracker) observe(p *corev1.Pod, now time.Time) {
+	if p.Spec.NodeName != t.opts.NodeName {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pt := t.pods[p.UID]
+	spec := specResources(p)
+	if pt == nil {
+		// First sight (start-up, a new pod): no resize to time, only a
+		// baseline of generation and resources.
+		pt = &podTrack{
+			ref: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
+			key: p.Namespace + "/" + p.Name, gen: p.Generation, spec: spec,
+			cgroups: map[string]located{}, rings: map[string]*ring{},
+		}
+		t.pods[p.UID] = pt
+	}
+	pt.qos = p.Status.QOSClass
+	pt.ids = map[string]string{}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running != nil && cs.ContainerID != "" {
+			pt.ids[cs.Name] = cs.ContainerID
+		}
+	}
+	if p.Generation > pt.gen {
+		changed := changedContainers(pt.spec, spec)
+		pt.gen = p.Generation
+		if len(changed) > 0 {
+			if pt.open != nil {
+				t.finish(pt.open, "superseded", now)
+			}
+			r := &resize{pod: pt, want: map[string]corev1.ResourceRequirements{}, seen: now}
+			r.rec = api.KubeResize{Pod: pt.key, PodUID: string(p.UID), Generation: p.Generation, Containers: changed, SeenAt: now, Outcome: "open"}
+			for _, c := range changed {
+				r.want[c] = spec[c]
+			}
+			if m, at, ok := resizeManager(p); ok {
+				r.rec.Manager, r.accepted = m, at
+				a := at
+				r.rec.AcceptedAt = &a
+			}
+			pt.open = r
+		}
+	}
+	pt.spec = spec
+	if r := pt.open; r != nil {
+		t.status(r, p, now)
+	}
+}
+
+// status reads what the kubelet said of the open resize r.
+func (t *Tracker) status(r *resize, p *corev1.Pod, now time.Time) {
+	gen := r.rec.Generation
+	current := func(observed int64) bool { return observed == 0 || observed >= gen }
+	pending := false
+	for _, c := range p.Status.Conditions {
+		switch c.Type {
+		case corev1.PodResizeInProgress:
+			if !current(c.ObservedGeneration) {
+				continue
+			}
+			t.admit(r, now, "PodResizeInProgress")
+			if c.Reason == corev1.PodReasonError {
+				r.rec.Error = c.Message
+			}
+		case corev1.PodResizePending:
+			if !current(c.ObservedGeneration) {
+				continue
+			}
+			pending = true
+			switch c.Reason {
+			case corev1.PodReasonDeferred:
+				r.rec.Deferred = true
+			case corev1.PodReasonInfeasible:
+				r.rec.Error = c.Message
+				t.finish(r, "infeasible", now)
+				return
+			}
+		}
+	}
+	if !pending && p.Status.ObservedGeneration >= gen {
+		// The kubelet has seen this generation and has nothing pending:
+		// it admitted the resize, even if the InProgress condition came
+		// and went between two status updates.
+		t.admit(r, now, "observedGeneration")
+	}
+	reported, allocated := true, true
+	for name, want := range r.want {
+		cs := containerStatus(p, name)
+		if cs == nil || cs.Resources == nil || !sameCPUMemory(*cs.Resources, want) {
+			reported = false
+		}
+		if cs == nil || !sameList(cs.AllocatedResources, want.Requests) {
+			allocated = false
+		}
+	}
+	if allocated && !pending && p.Status.ObservedGeneration == 0 {
+		// Without observedGeneration (its feature off), the allocation
+		// holding the new requests is the kubelet's admission.
+		t.admit(r, now, "allocatedResources")
+	}
+	if reported && r.statusAt.IsZero() {
+		t.admit(r, now, "status")
+		r.statusAt = now
+	}
+	t.maybeDone(r, now)
+}
+
+func (t *Tracker) admit(r *resize, now time.Time, by string) {
+	if r.admitted.IsZero() {
+		r.admitted, r.rec.AdmittedBy = now, by
+	}
+}
+
+// maybeDone completes r once the status reports it and its files hold it.
+func (t *Tracker) maybeDone(r *resize, now time.Time) {
+	switch {
+	case r.statusAt.IsZero():
+	case !r.cgroupAt.IsZero(), !t.locatable(r):
+		t.finish(r, "completed", now)
+	case now.Sub(r.statusAt) >= t.opts.Grace:
+		t.finish(r, "completed", now)
+	}
+}
+
+// locatable reports whether every container of r has a known cgroup.
+func (t *Tracker) locatable(r *resize) bool {
+	for name := range r.want {
+		if _, ok := r.pod.cgroups[name]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// finish decides r's outcome, records its phases and, when its files held
+// the new values and there are pressure sources, starts the window after.
+func (t *Tracker) finish(r *resize, outcome string, now time.Time) {
+	if r.pod.open == r {
+		r.pod.open = nil
+	}
+	r.rec.Outcome = outcome
+	if !r.accepted.IsZero() {
+		r.rec.Phases = append(r.rec.Phases, api.KubeResizePhase{Phase: "accepted", At: r.accepted, Seconds: max(0, r.seen.Sub(r.accepted).Seconds())})
+	}
+	for _, ph := range []struct {
+		name string
+		at   time.Time
+	}{{"admitted", r.admitted}, {"cgroup", r.cgroupAt}, {"status", r.statusAt}} {
+		if !ph.at.IsZero() {
+			r.rec.Phases = append(r.rec.Phases, api.KubeResizePhase{Phase: ph.name, At: ph.at, Seconds: ph.at.Sub(r.seen).Seconds()})
+		}
+	}
+	for _, ph := range r.rec.Phases {
+		t.opts.Metrics.Observe(ph.Phase, outcome, ph.Seconds)
+	}
+	if outcome == "completed" && !r.cgroupAt.IsZero() && len(t.opts.Sources) > 0 {
+		r.until = r.cgroupAt.Add(t.opts.Window)
+		t.waiting = append(t.waiting, r)
+		return
+	}
+	t.record(r)
+}
+
+// record writes r's line and keeps it in the list.
+func (t *Tracker) record(r *resize) {
+	r.rec.Pressure = nil
+	for _, name := range r.rec.Containers {
+		rp := api.ResizePressure{Container: name, Before: r.before[name]}
+		if w, ok := r.afterStart[name]; ok {
+			rp.After = t.afterWindow(r, name, w)
+		}
+		if rp.Before != nil || rp.After != nil {
+			r.rec.Pressure = append(r.rec.Pressure, rp)
+		}
+	}
+	r.rec.Summary = summary(&r.rec, r.mismatch)
+	t.done = append(t.done, r)
+	if len(t.done) > t.opts.Keep {
+		t.done = slices.Delete(t.done, 0, len(t.done)-t.opts.Keep)
+	}
+	if rec := t.opts.Recorder; rec != nil {
+		ref := r.pod.ref
+		typ := corev1.EventTypeNormal
+		if r.rec.Outcome != "completed" {
+			typ = corev1.EventTypeWarning
+		}
+		rec.Event(&ref, typ, EventResizeMeasured, r.rec.Summary)
+	}
+	t.log.Info("resize measured", "pod", r.rec.Pod, "generation", r.rec.Generation, "summary", r.rec.Summary)
+}
+
+// afterWindow is the window from start to the newest reading of the
+// container (taken when the window ended).
+func (t *Tracker) afterWindow(r *resize, name string, start reading) *api.PressureWindow {
+	g := r.pod.rings[name]
+	if g == nil {
+		return nil
+	}
+	end, ok := g.atOrBefore(r.until.Add(t.opts.SampleEvery))
+	if !ok || !end.at.After(start.at) {
+		return nil
+	}
+	return window(start, end)
+}
+
+// gone ends the resizes of a deleted pod.
+func (t *Tracker) gone(uid types.UID, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pt := t.pods[uid]
+	if pt == nil {
+		return
+	}
+	if pt.open != nil {
+		t.finish(pt.open, "gone", now)
+	}
+	delete(t.pods, uid)
+}
+
+// tick does the timed work: the cgroup files of open resizes, the pressure
+// samples, the windows after that have ended, and timeouts.
+func (t *Tracker) tick(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, pt := range t.pods {
+		t.locate(pt)
+		r := pt.open
+		if r == nil {
+			continue
+		}
+		if !r.tookBefore {
+			t.takeBefore(r, now)
+		}
+		if r.cgroupAt.IsZero() && t.locatable(r) {
+			t.pollFiles(r, now)
+		}
+		if now.Sub(r.seen) >= t.opts.Timeout {
+			t.finish(r, "timeout", now)
+			continue
+		}
+		t.maybeDone(r, now)
+	}
+	if len(t.opts.Sources) > 0 && !now.Before(t.nextSample) {
+		t.nextSample = now.Add(t.opts.SampleEvery)
+		t.sample(now)
+	}
+	keep := t.waiting[:0]
+	for _, r := range t.waiting {
+		if now.Before(r.until) {
+			keep = append(keep, r)
+			continue
+		}
+		for name := range r.afterStart {
+			if loc, ok := r.pod.cgroups[name]; ok && r.pod.rings[name] != nil {
+				r.pod.rings[name].add(read(loc.path, t.opts.Sources, now))
+			}
+		}
+		t.record(r)
+	}
+	t.waiting = keep
+}
+
+// locate finds the cgroups of the pod's running containers it has not yet.
+func (t *Tracker) locate(pt *podTrack) {
+	for name, id := range pt.ids {
+		if l, ok := pt.cgroups[name]; ok && l.id == id {
+			continue
+		}
+		delete(pt.cgroups, name)
+		delete(pt.rings, name)
+		for _, c := range candidates(string(pt.ref.UID), pt.qos, id) {
+			if ok, _ := t.opts.Cgroups.Exists(c); ok {
+				pt.cgroups[name] = located{id: id, path: c}
+				break
+			}
+		}
+	}
+	for name := range pt.cgroups {
+		if _, ok := pt.ids[name]; !ok {
+			delete(pt.cgroups, name)
+			delete(pt.rings, name)
+		}
+	}
+}
+
+func (t *Tracker) takeBefore(r *resize, now time.Time) {
+	r.tookBefore = true
+	if len(t.opts.Sources) == 0 {
+		return
+	}
+	r.before = map[string]*api.PressureWindow{}
+	for name := range r.want {
+		loc, ok := r.pod.cgroups[name]
+		g := r.pod.rings[name]
+		if !ok || g == nil {
+			continue
+		}
+		end := read(loc.path, t.opts.Sources, now)
+		start, ok := g.atOrBefore(now.Add(-t.opts.Window))
+		if ok {
+			r.before[name] = window(start, end)
+		}
+		g.add(end)
+	}
+}
+
+// pollFiles reads the files of r's containers; the first time they all
+// hold the new values is the cgroup phase, and the start of the window
+// after.
+func (t *Tracker) pollFiles(r *resize, now time.Time) {
+	r.mismatch = ""
+	for name, want := range r.want {
+		loc := r.pod.cgroups[name]
+		s, err := t.opts.Cgroups.Read(loc.path)
+		if err != nil {
+			r.mismatch = name + ": " + err.Error()
+			return
+		}
+		if m := expect(want).mismatch(s, t.opts.Cgroups.PageSize()); m != "" {
+			r.mismatch = name + ": " + m
+			return
+		}
+	}
+	r.cgroupAt = now
+	t.admit(r, now, "cgroup")
+	if len(t.opts.Sources) == 0 {
+		return
+	}
+	r.afterStart = map[string]reading{}
+	for name := range r.want {
+		loc := r.pod.cgroups[name]
+		rd := read(loc.path, t.opts.Sources, now)
+		r.afterStart[name] = rd
+		if g := r.pod.rings[name]; g != nil {
+			g.add(rd)
+		}
+	}
+}
+
+// sample reads every located container's pressure into its ring, up to
+// MaxContainers (pods in name order, so the same ones each time).
+func (t *Tracker) sample(now time.Time) {
+	pts := make([]*podTrack, 0, len(t.pods))
+	for _, pt := range t.pods {
+		pts = append(pts, pt)
+	}
+	sort.Slice(pts, func(i, j int) bool { return pts[i].key < pts[j].key })
+	n := 0
+	for _, pt := range pts {
+		for name, loc := range pt.cgroups {
+			if n >= t.opts.MaxContainers {
+				return
+			}
+			n++
+			g := pt.rings[name]
+			if g == nil {
+				g = newRing(t.ringSize())
+				pt.rings[name] = g
+			}
+			g.add(read(loc.path, t.opts.Sources, now))
+		}
+	}
+}
+
+// Resizes lists the measured resizes, oldest first, then those still open
+// or in their window after.
+func (t *Tracker) Resizes() []api.KubeResize {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]api.KubeResize, 0, len(t.done)+len(t.waiting))
+	for _, r := range t.done {
+		out = append(out, r.rec)
+	}
+	for _, r := range t.waiting {
+		rec := r.rec
+		rec.Outcome = "open"
+		out = append(out, rec)
+	}
+	for _, pt := range t.pods {
+		if pt.open != nil {
+			out = append(out, pt.open.rec)
+		}
+	}
+	return out
+}
+
+// ServeHTTP serves GET /v1/kube/resizes[?pod=namespace/name].
+func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	pod := r.URL.Query().Get("pod")
+	if len(pod) > 320 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(api.Error{Error: "pod: at most 320 characters (namespace/name)", Reason: "Invalid"})
+		return
+	}
+	list := t.Resizes()
+	if pod != "" {
+		list = slices.DeleteFunc(list, func(k api.KubeResize) bool { return k.Pod != pod })
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(list)
+}
+
+func specResources(p *corev1.Pod) map[string]corev1.ResourceRequirements {
+	out := make(map[string]corev1.ResourceRequirements, len(p.Spec.Containers)+len(p.Spec.InitContainers))
+	for _, c := range p.Spec.InitContainers {
+		out[c.Name] = c.Resources
+	}
+	for _, c := range p.Spec.Containers {
+		out[c.Name] = c.Resources
+	}
+	return out
+}
+
+func changedContainers(old, cur map[string]corev1.ResourceRequirements) []string {
+	var out []string
+	for name, r := range cur {
+		if o, ok := old[name]; ok && !sameCPUMemory(o, r) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == name {
+			return &p.Status.ContainerStatuses[i]
+		}
+	}
+	for i := range p.Status.InitContainerStatuses {
+		if p.Status.InitContainerStatuses[i].Name == name {
+			return &p.Status.InitContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// sameCPUMemory compares the CPU and memory requests and limits, the
+// resources an in-place resize changes, by value (1000m is 1).
+func sameCPUMemory(a, b corev1.ResourceRequirements) bool {
+	return sameList(a.Requests, b.Requests) && sameList(a.Limits, b.Limits)
+}
+
+func sameList(a, b corev1.ResourceList) bool {
+	for _, n := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		x, okx := a[n]
+		y, oky := b[n]
+		if okx != oky || (okx && x.Cmp(y) != 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// resizeManager is the field manager and time of the pod's latest write
+// through the resize subresource, from managedFields (in 1.33-1.37 a
+// running pod's resources change only through it).
+func resizeManager(p *corev1.Pod) (string, time.Time, bool) {
+	var name string
+	var at time.Time
+	for _, mf := range p.ManagedFields {
+		if mf.Time == nil || mf.Subresource != "resize" {
+			continue
+		}
+		if mf.Time.Time.After(at) {
+			name, at = mf.Manager, mf.Time.Time
+		}
+	}
+	return name, at, name != ""
+}
