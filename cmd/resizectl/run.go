@@ -44,6 +44,7 @@ commands:
   containers         list managed containers with their live cgroup values
   node               show allocatable, allocated and free capacity
   forget NAME        stop managing a container
+  kube-resizes       list the Kubernetes resizes measured on the node [--pod NS/NAME]
 
 every command takes -o table|json. Exit status: 0 done (Completed or
 Deferred), 1 error, 2 usage, 3 the intent ended Failed, Infeasible or Superseded.
@@ -133,6 +134,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			var n api.NodeInfo
 			if n, err = c.Node(ctx); err == nil {
 				err = print(stdout, *out, n, func(w io.Writer) { nodeTable(w, n) })
+			}
+		}
+	case "kube-resizes":
+		pod := fs.String("pod", "", "only this pod (namespace/name)")
+		if err = parse(fs, rest, 0); err == nil {
+			var l []api.KubeResize
+			if l, err = c.KubeResizes(ctx, *pod); err == nil {
+				err = print(stdout, *out, l, func(w io.Writer) {
+					fmt.Fprintln(w, "POD	GENERATION	OUTCOME	SUMMARY")
+					for _, r := range l {
+						fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", safe(r.Pod), r.Generation, safe(r.Outcome), safe(r.Summary))
+					}
+				})
 			}
 		}
 	case "forget":

@@ -19,7 +19,7 @@ func summary(r *api.KubeResize, mismatch string) string {
 	fmt.Fprintf(&b, " (%s) %s:", strings.Join(r.Containers, ","), r.Outcome)
 	for _, ph := range r.Phases {
 		if ph.Phase == "accepted" {
-			fmt.Fprintf(&b, " accepted -%s", secs(ph.Seconds))
+			fmt.Fprintf(&b, " seen %s after accepted,", secs(ph.Seconds))
 			continue
 		}
 		fmt.Fprintf(&b, " %s +%s", ph.Phase, secs(ph.Seconds))
@@ -30,7 +30,7 @@ func summary(r *api.KubeResize, mismatch string) string {
 	if r.Error != "" {
 		fmt.Fprintf(&b, " (kubelet: %s)", r.Error)
 	}
-	if mismatch != "" && !hasPhase(r, "cgroup") {
+	if mismatch != "" && !hasPhase(r, "cgroup") && (r.Outcome == "completed" || r.Outcome == "timeout") {
 		fmt.Fprintf(&b, " (files: %s)", mismatch)
 	}
 	for _, p := range r.Pressure {
@@ -51,7 +51,10 @@ func summary(r *api.KubeResize, mismatch string) string {
 		pair("runq p50", func(w *api.PressureWindow) string { return optDur(w.RunqP50Seconds) })
 		pair("p99", func(w *api.PressureWindow) string { return optDur(w.RunqP99Seconds) })
 		pair("throttled", func(w *api.PressureWindow) string {
-			return fmt.Sprintf("%s/s", dur(w.ThrottledSeconds/w.Seconds))
+			if w.ThrottledRatio == nil {
+				return dur(w.ThrottledSeconds/w.Seconds) + "/s"
+			}
+			return fmt.Sprintf("%.0f%% %s/s", *w.ThrottledRatio*100, dur(w.ThrottledSeconds/w.Seconds))
 		})
 		pair("cpu psi", func(w *api.PressureWindow) string { return pct(w.CPUPressure) })
 		pair("mem psi", func(w *api.PressureWindow) string { return pct(w.MemoryPressure) })

@@ -1,0 +1,438 @@
+package latency
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/agent/pressure"
+	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+)
+
+const (
+	node  = "node-1"
+	uid   = "0b1c2d3e-aaaa-bbbb-cccc-000000000001"
+	ctrID = "containerd://abcdef0123"
+)
+
+// The container's cgroup as the systemd driver names it.
+var ctrCgroup = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-abcdef0123.scope"
+
+func res(reqCPU, limCPU, reqMem, limMem string) corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(reqCPU), corev1.ResourceMemory: resource.MustParse(reqMem)},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(limCPU), corev1.ResourceMemory: resource.MustParse(limMem)},
+	}
+}
+
+func testPod(gen int64, r corev1.ResourceRequirements) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: uid, Generation: gen},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Resources: r}}},
+		Status: corev1.PodStatus{
+			QOSClass: corev1.PodQOSBurstable, ObservedGeneration: 1,
+			ContainerStatuses: []corev1.ContainerStatus{{
+				Name: "app", ContainerID: ctrID, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+				AllocatedResources: r.Requests, Resources: r.DeepCopy(),
+			}},
+		},
+	}
+}
+
+var (
+	small = res("100m", "500m", "32Mi", "64Mi")
+	big   = res("200m", "800m", "32Mi", "96Mi")
+)
+
+// runq is a source like the eBPF one: a run-queue histogram and reclaim
+// stall per cgroup that the test moves.
+type runq struct{ counts map[string][]uint64 }
+
+func (runq) Name() string { return "ebpf" }
+func (q runq) Read(p string) (pressure.Sample, error) {
+	c := q.counts[p]
+	var n uint64
+	for _, v := range c {
+		n = max(n, v)
+	}
+	return pressure.Sample{Source: "ebpf", RunqLatency: &pressure.Histogram{Bounds: []float64{0.001, 0.01, 0.1}, Counts: c, Count: n},
+		MemoryStall: 2 * time.Millisecond * time.Duration(n)}, nil
+}
+
+type fixture struct {
+	t     *testing.T
+	root  string
+	tr    *Tracker
+	rec   *record.FakeRecorder
+	reg   *prometheus.Registry
+	q     runq
+	clock time.Time
+}
+
+func newFixture(t *testing.T) *fixture {
+	root := cgrouptest.FakeTree(t, ctrCgroup)
+	f := &fixture{t: t, root: root, rec: record.NewFakeRecorder(10), reg: prometheus.NewRegistry(),
+		q: runq{counts: map[string][]uint64{ctrCgroup: {0, 0, 0}}}, clock: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)}
+	f.files("50000 100000", 16, 64<<20)
+	cgrouptest.FakePressure(t, root, ctrCgroup, 0, 0, 0)
+	cg := cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())
+	tr, err := New(Options{NodeName: node, Cgroups: cg, Sources: []pressure.Source{f.q, pressure.Files{CG: cg}},
+		Metrics: metrics.NewKubeResize(f.reg), Recorder: f.rec, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tr = tr
+	return f
+}
+
+func (f *fixture) files(cpuMax string, weight int, mem int64) {
+	cgrouptest.SetFile(f.t, f.root, ctrCgroup, "cpu.max", cpuMax)
+	cgrouptest.SetFile(f.t, f.root, ctrCgroup, "cpu.weight", strings.TrimSpace(strings.Repeat(" ", 0)+itoa(weight)))
+	cgrouptest.SetFile(f.t, f.root, ctrCgroup, "memory.max", itoa(int(mem)))
+}
+
+func itoa(v int) string { return strings.TrimSpace(strings.ReplaceAll(jsonNum(v), "\n", "")) }
+func jsonNum(v int) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// at moves the clock by d and ticks.
+func (f *fixture) at(d time.Duration) time.Time {
+	f.clock = f.clock.Add(d)
+	f.tr.tick(f.clock)
+	return f.clock
+}
+
+func (f *fixture) observe(p *corev1.Pod) { f.tr.observe(p, f.clock) }
+
+func resized(gen int64, acceptedAt time.Time) *corev1.Pod {
+	p := testPod(gen, big)
+	p.Status.ContainerStatuses[0].AllocatedResources = small.Requests
+	p.Status.ContainerStatuses[0].Resources = small.DeepCopy()
+	p.ManagedFields = []metav1.ManagedFieldsEntry{
+		{Manager: "kubelet", Subresource: "status", Time: &metav1.Time{Time: acceptedAt.Add(time.Hour)}},
+		{Manager: "kubectl-patch", Subresource: "resize", Time: &metav1.Time{Time: acceptedAt}},
+	}
+	return p
+}
+
+func only(t *testing.T, tr *Tracker) api.KubeResize {
+	t.Helper()
+	l := tr.Resizes()
+	if len(l) != 1 {
+		t.Fatalf("%d resizes listed, want 1: %+v", len(l), l)
+	}
+	return l[0]
+}
+
+func phases(r api.KubeResize) map[string]float64 {
+	m := map[string]float64{}
+	for _, p := range r.Phases {
+		m[p.Phase] = p.Seconds
+	}
+	return m
+}
+
+// The kubelet's sequence as it is seen on a real node: InProgress with the
+// generation, the files, then the status. Phases come out in order with
+// the times the tracker saw them; the window after ends 30 s after the
+// files held the values, and only then is the Event recorded.
+func TestPhasesInOrder(t *testing.T) {
+	f := newFixture(t)
+	f.observe(testPod(1, small))
+	for range 8 { // 40 s of samples before the resize
+		f.at(5 * time.Second)
+	}
+	f.q.counts[ctrCgroup] = []uint64{10, 60, 100} // starved: p50 in (1ms, 10ms]
+	cgrouptest.FakePressure(t, f.root, ctrCgroup, 15_000_000, 80, 0)
+	seen := f.at(time.Second)
+	f.observe(resized(2, seen.Add(-600*time.Millisecond).Truncate(time.Second)))
+	f.at(100 * time.Millisecond)
+
+	p := resized(2, seen)
+	p.Status.ObservedGeneration = 2
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue, ObservedGeneration: 2}}
+	f.clock = f.clock.Add(200 * time.Millisecond)
+	f.observe(p)
+	f.at(300 * time.Millisecond) // files not yet changed
+	f.files("80000 100000", cgroupWeight(200), 96<<20)
+	f.at(100 * time.Millisecond)
+
+	p = testPod(2, big)
+	p.Status.ObservedGeneration = 2
+	f.clock = f.clock.Add(time.Second)
+	f.observe(p)
+
+	r := only(t, f.tr)
+	if r.Outcome != "open" || r.AdmittedBy != "PodResizeInProgress" || r.Manager != "kubectl-patch" {
+		t.Errorf("outcome %s admitted by %s manager %s, want open (window after), PodResizeInProgress, kubectl-patch", r.Outcome, r.AdmittedBy, r.Manager)
+	}
+	ph := phases(r)
+	want := map[string]float64{"admitted": 0.3, "cgroup": 0.7, "status": 1.7}
+	for k, v := range want {
+		if d := ph[k] - v; d > 1e-6 || d < -1e-6 {
+			t.Errorf("phase %s %.3fs, want %.3fs", k, ph[k], v)
+		}
+	}
+	if a := ph["accepted"]; a < 0.4 || a > 1.0 {
+		t.Errorf("accepted phase %.3fs: want the managedFields time (whole seconds) to seen", a)
+	}
+	if got := testutil.CollectAndCount(f.reg, "resize_agent_kube_resize_duration_seconds"); got != 4 {
+		t.Errorf("%d series, want the 4 phases completed", got)
+	}
+	select {
+	case e := <-f.rec.Events:
+		t.Fatalf("Event before the window after ended: %s", e)
+	default:
+	}
+	// Relief: few waits, short ones, no throttling.
+	f.q.counts[ctrCgroup] = []uint64{1000, 1000, 1000}
+	for range 6 {
+		f.at(5 * time.Second)
+	}
+	e := <-f.rec.Events
+	if !strings.HasPrefix(e, "Normal ResizeMeasured generation 2 by kubectl-patch (app) completed:") {
+		t.Fatalf("event %q", e)
+	}
+	for _, s := range []string{"admitted +0.30s", "cgroup +0.70s", "status +1.70s", "throttled ", "runq p50 ", "cpu psi "} {
+		if !strings.Contains(e, s) {
+			t.Errorf("event %q lacks %q", e, s)
+		}
+	}
+	r = only(t, f.tr)
+	if r.Outcome != "completed" || len(r.Pressure) != 1 || r.Pressure[0].Before == nil || r.Pressure[0].After == nil {
+		t.Fatalf("after the window: %+v", r)
+	}
+	b, a := r.Pressure[0].Before, r.Pressure[0].After
+	if b.Seconds < 29 || b.Seconds > 36 || a.Seconds < 29 || a.Seconds > 36 {
+		t.Errorf("windows %.1fs before, %.1fs after, want about 30s", b.Seconds, a.Seconds)
+	}
+	if b.RunqP50Seconds == nil || a.RunqP50Seconds == nil || !(*a.RunqP50Seconds < *b.RunqP50Seconds) {
+		t.Errorf("run-queue p50 before %v after %v: want lower after", b.RunqP50Seconds, a.RunqP50Seconds)
+	}
+	if b.ThrottledSeconds <= 0 || a.ThrottledSeconds != 0 {
+		t.Errorf("throttled %.3fs before, %.3fs after", b.ThrottledSeconds, a.ThrottledSeconds)
+	}
+}
+
+func cgroupWeight(milli int64) int { return int(cgroup.MilliCPUToWeight(milli)) }
+
+// A kubelet that admits, actuates and reports between two status updates:
+// the generation observed with nothing pending is the admission.
+func TestFastKubeletObservedGeneration(t *testing.T) {
+	f := newFixture(t)
+	f.observe(testPod(1, small))
+	f.at(time.Second)
+	f.observe(resized(2, f.clock))
+	f.files("80000 100000", cgroupWeight(200), 96<<20)
+	f.at(200 * time.Millisecond)
+	p := testPod(2, big)
+	p.Status.ObservedGeneration = 2
+	f.clock = f.clock.Add(time.Second)
+	f.observe(p)
+	ph := phases(only(t, f.tr))
+	if ph["admitted"] != ph["cgroup"] || ph["cgroup"] >= ph["status"] {
+		t.Errorf("phases %v: admitted is the cgroup time when the files are first, before the status", ph)
+	}
+}
+
+// Stale conditions of the previous generation say nothing of this one; an
+// Infeasible verdict for it ends it with a Warning.
+func TestInfeasibleAndStaleConditions(t *testing.T) {
+	f := newFixture(t)
+	f.observe(testPod(1, small))
+	p := resized(2, f.clock)
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue, ObservedGeneration: 1}}
+	f.observe(p)
+	if r := only(t, f.tr); r.AdmittedBy != "" {
+		t.Fatalf("admitted by %s from a condition of generation 1", r.AdmittedBy)
+	}
+	p = resized(2, f.clock)
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: corev1.PodReasonInfeasible, Message: "Node didn't have enough capacity", ObservedGeneration: 2}}
+	f.at(time.Second)
+	f.observe(p)
+	r := only(t, f.tr)
+	if r.Outcome != "infeasible" || r.Error == "" {
+		t.Errorf("outcome %s error %q", r.Outcome, r.Error)
+	}
+	if e := <-f.rec.Events; !strings.HasPrefix(e, "Warning ResizeMeasured") || !strings.Contains(e, "infeasible") {
+		t.Errorf("event %q", e)
+	}
+	if n := testutil.ToFloat64(counter(t, f.reg, "infeasible")); n != 1 || len(r.Phases) != 1 || r.Phases[0].Phase != "accepted" {
+		t.Errorf("an infeasible resize: %v observations, phases %+v; want accepted only", n, r.Phases)
+	}
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, outcome string) prometheus.Collector {
+	t.Helper()
+	return prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
+		mfs, _ := reg.Gather()
+		var n float64
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && l.GetValue() == outcome {
+						n += float64(m.GetHistogram().GetSampleCount())
+					}
+				}
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc("n", "n", nil, nil), prometheus.GaugeValue, n)
+	})
+}
+
+// A second resize before the first is done supersedes it; a generation
+// change that is not a resize starts none; a deleted pod ends its resize.
+func TestSupersededNotAResizeAndGone(t *testing.T) {
+	f := newFixture(t)
+	f.observe(testPod(1, small))
+	f.observe(resized(2, f.clock))
+	f.at(time.Second)
+	f.observe(testPod(3, res("300m", "900m", "32Mi", "96Mi")))
+	l := f.tr.Resizes()
+	if len(l) != 2 || l[0].Outcome != "superseded" || l[1].Generation != 3 || l[1].Outcome != "open" {
+		t.Fatalf("resizes %+v", l)
+	}
+	p := testPod(4, res("300m", "900m", "32Mi", "96Mi"))
+	p.Spec.ActiveDeadlineSeconds = new(int64)
+	f.observe(p)
+	if n := len(f.tr.Resizes()); n != 2 {
+		t.Errorf("%d resizes after a generation change with the same resources", n)
+	}
+	f.tr.gone(uid, f.clock)
+	if l := f.tr.Resizes(); l[1].Outcome != "gone" {
+		t.Errorf("after the pod was deleted: %+v", l[1])
+	}
+	// A pod seen for the first time (a restart of the agent) is a baseline.
+	f.observe(resized(7, f.clock))
+	if n := len(f.tr.Resizes()); n != 2 {
+		t.Errorf("a resize counted for a pod seen first at generation 7")
+	}
+}
+
+// Files that never hold what the status reports: the resize completes
+// Grace after the status, without a cgroup phase, and says what was found.
+func TestFilesNeverHold(t *testing.T) {
+	f := newFixture(t)
+	f.observe(testPod(1, small))
+	f.at(time.Second)
+	f.observe(resized(2, f.clock))
+	p := testPod(2, big)
+	p.Status.ObservedGeneration = 2
+	f.observe(p)
+	f.at(29 * time.Second)
+	if r := only(t, f.tr); r.Outcome != "open" {
+		t.Fatalf("completed before the grace: %+v", r)
+	}
+	f.at(2 * time.Second)
+	r := only(t, f.tr)
+	if r.Outcome != "completed" || hasPhase(&r, "cgroup") || !strings.Contains(r.Summary, "cpu.max 50000 100000 (want quota 80000)") {
+		t.Errorf("%+v", r)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	f := newFixture(t)
+	f.observe(testPod(1, small))
+	f.observe(resized(2, f.clock))
+	f.at(11 * time.Minute)
+	if r := only(t, f.tr); r.Outcome != "timeout" {
+		t.Errorf("outcome %s", r.Outcome)
+	}
+}
+
+func TestServeHTTP(t *testing.T) {
+	f := newFixture(t)
+	f.observe(testPod(1, small))
+	f.observe(resized(2, f.clock))
+	for _, c := range []struct {
+		q    string
+		code int
+		n    int
+	}{{"", 200, 1}, {"?pod=ns/web", 200, 1}, {"?pod=ns/other", 200, 0}, {"?pod=" + strings.Repeat("x", 400), 400, -1}} {
+		w := httptest.NewRecorder()
+		f.tr.ServeHTTP(w, httptest.NewRequest("GET", "/v1/kube/resizes"+c.q, nil))
+		if w.Code != c.code {
+			t.Errorf("%s: %d", c.q, w.Code)
+			continue
+		}
+		if c.n < 0 {
+			continue
+		}
+		var l []api.KubeResize
+		if err := json.Unmarshal(w.Body.Bytes(), &l); err != nil || len(l) != c.n {
+			t.Errorf("%s: %d resizes (%v)", c.q, len(l), err)
+		}
+	}
+}
+
+func TestCandidates(t *testing.T) {
+	got := candidates(uid, corev1.PodQOSBurstable, ctrID)
+	if len(got) != 2 || got[0] != ctrCgroup || got[1] != "/kubepods/burstable/pod"+uid+"/abcdef0123" {
+		t.Errorf("%q", got)
+	}
+	if g := candidates(uid, corev1.PodQOSGuaranteed, "cri-o://x1"); g[0] != "/kubepods.slice/kubepods-pod"+strings.ReplaceAll(uid, "-", "_")+".slice/crio-x1.scope" {
+		t.Errorf("%q", g)
+	}
+	for _, bad := range []string{"", "abc", "containerd://", "containerd://../x", "containerd://a/b"} {
+		if c := candidates(uid, corev1.PodQOSBurstable, bad); c != nil {
+			t.Errorf("%q: %q", bad, c)
+		}
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	b := []float64{0.001, 0.01, 0.1}
+	for _, c := range []struct {
+		q     float64
+		cum   []uint64
+		total uint64
+		want  float64
+	}{
+		{0.5, []uint64{10, 60, 100}, 100, 0.001 + 0.009*40/50},
+		{0.99, []uint64{10, 60, 100}, 100, 0.01 + 0.09*39/40},
+		{0.5, []uint64{100, 100, 100}, 100, 0.0005},
+		{0.99, []uint64{0, 0, 0}, 10, 0.1}, // all past the last bound
+	} {
+		got := quantile(c.q, b, c.cum, c.total)
+		if got == nil || *got-c.want > 1e-12 || c.want-*got > 1e-12 {
+			t.Errorf("q%.2f %v: %v, want %v", c.q, c.cum, got, c.want)
+		}
+	}
+	if quantile(0.5, b, []uint64{0, 0, 0}, 0) != nil {
+		t.Error("a quantile of nothing")
+	}
+}
+
+func TestExpectMismatch(t *testing.T) {
+	e := expect(big)
+	ok := cgroup.State{CPUMax: cgroup.CPUMax{Quota: 80000, Period: 100000}, CPUWeight: cgroup.MilliCPUToWeight(200), MemoryMax: 96 << 20}
+	if m := e.mismatch(ok, 4096); m != "" {
+		t.Errorf("%s", m)
+	}
+	noLimit := expect(corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}})
+	if m := noLimit.mismatch(cgroup.State{CPUMax: cgroup.CPUMax{Quota: cgroup.Unlimited, Period: 100000}, CPUWeight: cgroup.MilliCPUToWeight(250), MemoryMax: cgroup.Unlimited}, 4096); m != "" {
+		t.Errorf("%s", m)
+	}
+	odd := expect(res("100m", "100m", "10000k", "10000k")) // not a page multiple: the kernel rounds down
+	if m := odd.mismatch(cgroup.State{CPUMax: cgroup.CPUMax{Quota: 10000, Period: 100000}, CPUWeight: cgroup.MilliCPUToWeight(100), MemoryMax: 10000000 - 10000000%4096}, 4096); m != "" {
+		t.Errorf("%s", m)
+	}
+	if m := e.mismatch(cgroup.State{CPUMax: cgroup.CPUMax{Quota: 50000, Period: 100000}, CPUWeight: 1, MemoryMax: 64 << 20}, 4096); strings.Count(m, "want") != 3 {
+		t.Errorf("%s", m)
+	}
+}
