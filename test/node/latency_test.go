@@ -388,4 +388,3 @@ func agentMetricsBody(t *testing.T, c *cluster, pod *corev1.Pod) []byte {
 	}
 	return body
 }
-
