@@ -42,6 +42,12 @@ func TestLatency(t *testing.T) {
 	if !t.Run("DeployAgent", func(t *testing.T) { agentPod = deployAgent(t, c, node) }) {
 		t.FailNow()
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, err := c.try("-n", agentNS, "logs", "ds/"+agentDS, "--tail=80")
+			t.Logf("agent logs (%v):\n%s", err, out)
+		}
+	})
 	c.try("create", "namespace", testNS)
 	t.Cleanup(func() { c.try("delete", "namespace", testNS, "--wait=false") })
 	image := os.Getenv("RESIZE_AGENT_NODE_BUSYBOX")
@@ -113,7 +119,7 @@ func TestLatency(t *testing.T) {
 					if out.admitted.IsZero() && admittedFor(p, g) {
 						out.admitted = now
 					}
-					if out.status.IsZero() && statusReports(p) {
+					if out.status.IsZero() && p.Generation >= g && statusReports(p) {
 						out.status = now
 					}
 					mu.Unlock()
@@ -131,7 +137,7 @@ func TestLatency(t *testing.T) {
 
 	patch := `{"spec":{"containers":[` +
 		`{"name":"app","resources":{"requests":{"cpu":"200m","memory":"32Mi"},"limits":{"cpu":"800m","memory":"96Mi"}}},` +
-		`{"name":"hog","resources":{"requests":{"cpu":"100m","memory":"32Mi"},"limits":{"cpu":"500m","memory":"64Mi"}}}]}}`
+		`{"name":"hog","resources":{"requests":{"cpu":"100m","memory":"32Mi"},"limits":{"cpu":"300m","memory":"64Mi"}}}]}}`
 	t0 := time.Now()
 	c.k(t, "-n", testNS, "patch", "pod", name, "--subresource", "resize", "--patch", patch)
 	patchReturned := time.Since(t0)
@@ -155,6 +161,7 @@ func TestLatency(t *testing.T) {
 			t.Fatal("app's cgroup files not resized 2 minutes after the patch")
 		}
 	}
+	stop() // the watcher's exec costs the node's only CPU
 	poll(t, "the status to report the resize", 100*time.Millisecond, func() (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -184,6 +191,9 @@ func TestLatency(t *testing.T) {
 		return true, nil
 	})
 	t.Logf("Event %s %s from %s: %s", event.Type, event.Reason, event.Source.Component, event.Message)
+	// The hog has given its evidence; on one vCPU it slows everything
+	// after it (the agent's probes failed with a hog at 500m).
+	c.try("-n", testNS, "delete", "pod", name, "--wait=false")
 	if event.Type != corev1.EventTypeNormal || event.Source.Component != "resize-agent" ||
 		!strings.Contains(event.Message, "generation "+strconv.FormatInt(gen, 10)+" by kubectl-patch (app,hog) completed:") ||
 		!strings.Contains(event.Message, "hog before->after:") {
@@ -232,7 +242,7 @@ func TestLatency(t *testing.T) {
 	// files (50 ms, through exec) and of the status (100 ms) lag a little.
 	slack := patchReturned.Seconds() + 1.0
 	for _, p := range []string{"cgroup", "status"} {
-		if d := outside[p] - agentPh[p]; d < -1.0 || d > slack {
+		if d := outside[p] - agentPh[p]; d < -2.0 || d > slack {
 			t.Errorf("phase %s: agent %.2fs from seeing the change, outside %.2fs from sending the patch", p, agentPh[p], outside[p])
 		}
 	}
@@ -270,6 +280,7 @@ func TestLatency(t *testing.T) {
 	kubeletAfter := kubeletResizeMs(t, c, node.Name)
 	if kubeletAfter.count > kubeletBefore.count {
 		ms := (kubeletAfter.sum - kubeletBefore.sum) / (kubeletAfter.count - kubeletBefore.count)
+		t.Logf("kubelet_pod_resize_duration_milliseconds{success=true}: %d resize(s), %.0f ms each", int(kubeletAfter.count-kubeletBefore.count), ms)
 		timing(t, "latency_kubelet_pod_resize_duration", time.Duration(ms*float64(time.Millisecond)))
 	} else {
 		t.Logf("kubelet_pod_resize_duration_milliseconds did not count this resize (before %+v, after %+v)", kubeletBefore, kubeletAfter)
@@ -339,7 +350,7 @@ func kubeletResizeMs(t *testing.T, c *cluster, node string) histo {
 		}
 	}
 	if !bytes.Contains(raw, []byte("kubelet_pod_resize_duration_milliseconds")) {
-		t.Log("the kubelet does not export kubelet_pod_resize_duration_milliseconds")
+		t.Log("no kubelet_pod_resize_duration_milliseconds in the kubelet's /metrics (none observed yet, or not exported)")
 	}
 	return h
 }

@@ -44,7 +44,7 @@ func (t *Tracker) Run(ctx context.Context, client kubernetes.Interface) error {
 				obj = d.Obj
 			}
 			if p, ok := obj.(*corev1.Pod); ok {
-				t.gone(p.UID, time.Now())
+				t.gone(p.UID, t.opts.Now())
 			}
 		},
 	}); err != nil {
@@ -62,14 +62,17 @@ func (t *Tracker) Run(ctx context.Context, client kubernetes.Interface) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case now := <-tk.C:
-			t.tick(now)
+		case <-tk.C:
+			// Not the tick's own time: it is when the tick was due, which
+			// a slow round before it makes stale, and the phases seen by
+			// the informer's handler are stamped with the time now.
+			t.tick(t.opts.Now())
 		}
 	}
 }
 
 func (t *Tracker) onPod(obj any) {
 	if p, ok := obj.(*corev1.Pod); ok {
-		t.observe(p, time.Now())
+		t.observe(p, t.opts.Now())
 	}
 }

@@ -52,6 +52,9 @@ type Options struct {
 	// status reports the new values while the files never held them
 	// (30s after the status).
 	Timeout, Grace time.Duration
+	// Now is the clock (time.Now); readings are stamped with it as they
+	// are taken.
+	Now func() time.Time
 	// MaxContainers bounds the containers sampled (256); Keep the
 	// measured resizes listed (256).
 	MaxContainers, Keep int
@@ -81,6 +84,7 @@ type podTrack struct {
 	ids  map[string]string // container name -> runtime ID
 	// cgroups located per container name, with the ID they are for.
 	cgroups map[string]located
+	missed  map[string]missed
 	rings   map[string]*ring
 	open    *resize
 }
@@ -130,6 +134,9 @@ func New(opts Options) (*Tracker, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	return &Tracker{opts: opts, log: opts.Logger, pods: map[types.UID]*podTrack{}}, nil
 }
 
@@ -152,7 +159,7 @@ func (t *Tracker) observe(p *corev1.Pod, now time.Time) {
 		pt = &podTrack{
 			ref: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
 			key: p.Namespace + "/" + p.Name, gen: p.Generation, spec: spec,
-			cgroups: map[string]located{}, rings: map[string]*ring{},
+			cgroups: map[string]located{}, missed: map[string]missed{}, rings: map[string]*ring{},
 		}
 		t.pods[p.UID] = pt
 	}
@@ -365,7 +372,7 @@ func (t *Tracker) tick(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, pt := range t.pods {
-		t.locate(pt)
+		t.locate(pt, now)
 		r := pt.open
 		if r == nil {
 			continue
@@ -394,7 +401,7 @@ func (t *Tracker) tick(now time.Time) {
 		}
 		for name := range r.afterStart {
 			if loc, ok := r.pod.cgroups[name]; ok && r.pod.rings[name] != nil {
-				r.pod.rings[name].add(read(loc.path, t.opts.Sources, now))
+				r.pod.rings[name].add(t.read(loc.path))
 			}
 		}
 		t.record(r)
@@ -403,18 +410,30 @@ func (t *Tracker) tick(now time.Time) {
 }
 
 // locate finds the cgroups of the pod's running containers it has not yet.
-func (t *Tracker) locate(pt *podTrack) {
+// A container whose cgroup is at none of the candidates (another cgroup
+// root, a runtime it does not know) is looked for again only after
+// relocate, not at every tick.
+func (t *Tracker) locate(pt *podTrack, now time.Time) {
 	for name, id := range pt.ids {
 		if l, ok := pt.cgroups[name]; ok && l.id == id {
 			continue
 		}
+		if m, ok := pt.missed[name]; ok && m.id == id && now.Sub(m.at) < relocate {
+			continue
+		}
 		delete(pt.cgroups, name)
 		delete(pt.rings, name)
+		delete(pt.missed, name)
+		found := false
 		for _, c := range candidates(string(pt.ref.UID), pt.qos, id) {
 			if ok, _ := t.opts.Cgroups.Exists(c); ok {
 				pt.cgroups[name] = located{id: id, path: c}
+				found = true
 				break
 			}
+		}
+		if !found {
+			pt.missed[name] = missed{id: id, at: now}
 		}
 	}
 	for name := range pt.cgroups {
@@ -423,6 +442,15 @@ func (t *Tracker) locate(pt *podTrack) {
 			delete(pt.rings, name)
 		}
 	}
+}
+
+// relocate is how long a container whose cgroup was not found waits before
+// it is looked for again.
+const relocate = 10 * time.Second
+
+type missed struct {
+	id string
+	at time.Time
 }
 
 func (t *Tracker) takeBefore(r *resize, now time.Time) {
@@ -437,7 +465,7 @@ func (t *Tracker) takeBefore(r *resize, now time.Time) {
 		if !ok || g == nil {
 			continue
 		}
-		end := read(loc.path, t.opts.Sources, now)
+		end := t.read(loc.path)
 		start, ok := g.atOrBefore(now.Add(-t.opts.Window))
 		if ok {
 			r.before[name] = window(start, end)
@@ -471,7 +499,7 @@ func (t *Tracker) pollFiles(r *resize, now time.Time) {
 	r.afterStart = map[string]reading{}
 	for name := range r.want {
 		loc := r.pod.cgroups[name]
-		rd := read(loc.path, t.opts.Sources, now)
+		rd := t.read(loc.path)
 		r.afterStart[name] = rd
 		if g := r.pod.rings[name]; g != nil {
 			g.add(rd)
@@ -499,7 +527,7 @@ func (t *Tracker) sample(now time.Time) {
 				g = newRing(t.ringSize())
 				pt.rings[name] = g
 			}
-			g.add(read(loc.path, t.opts.Sources, now))
+			g.add(t.read(loc.path))
 		}
 	}
 }

@@ -90,7 +90,8 @@ func newFixture(t *testing.T) *fixture {
 	cgrouptest.FakePressure(t, root, ctrCgroup, 0, 0, 0)
 	cg := cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())
 	tr, err := New(Options{NodeName: node, Cgroups: cg, Sources: []pressure.Source{f.q, pressure.Files{CG: cg}},
-		Metrics: metrics.NewKubeResize(f.reg), Recorder: f.rec, Logger: slog.New(slog.DiscardHandler)})
+		Metrics: metrics.NewKubeResize(f.reg), Recorder: f.rec, Logger: slog.New(slog.DiscardHandler),
+		Now: func() time.Time { return f.clock }})
 	if err != nil {
 		t.Fatal(err)
 	}

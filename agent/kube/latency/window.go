@@ -17,9 +17,11 @@ type reading struct {
 
 func (r reading) ok() bool { return r.bpf != nil || r.files != nil }
 
-func read(p string, sources []pressure.Source, now time.Time) reading {
-	r := reading{at: now}
-	for _, src := range sources {
+// read reads every source for the cgroup p, stamped when the reads are done
+// (a round over many containers takes a while).
+func (t *Tracker) read(p string) reading {
+	var r reading
+	for _, src := range t.opts.Sources {
 		s, err := src.Read(p)
 		if err != nil {
 			continue
@@ -31,6 +33,7 @@ func read(p string, sources []pressure.Source, now time.Time) reading {
 			r.files = &s
 		}
 	}
+	r.at = t.opts.Now()
 	return r
 }
 
