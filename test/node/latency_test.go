@@ -237,13 +237,17 @@ func TestLatency(t *testing.T) {
 	if a := agentPh["accepted"]; a < 0 || a > 2 {
 		t.Errorf("accepted (API server time, whole seconds, to the agent seeing it) %.2fs", a)
 	}
-	// The agent counts from seeing the change, which is between the
-	// patch being sent and kubectl returning; the test's reads of the
-	// files (50 ms, through exec) and of the status (100 ms) lag a little.
+	// The agent counts from seeing the change, which lags the API server
+	// (on one vCPU with a busy loop beside it, by 2 s in run 2); the
+	// accepted phase is that lag, from the API server's time of the change
+	// in whole seconds (up to 1 s early). From the patch being sent, the
+	// test's reads of the files (50 ms, through exec) and of the status
+	// (100 ms) lag a little.
 	slack := patchReturned.Seconds() + 1.0
 	for _, p := range []string{"cgroup", "status"} {
-		if d := outside[p] - agentPh[p]; d < -2.0 || d > slack {
-			t.Errorf("phase %s: agent %.2fs from seeing the change, outside %.2fs from sending the patch", p, agentPh[p], outside[p])
+		fromAccepted := agentPh[p] + agentPh["accepted"]
+		if d := outside[p] - fromAccepted; d < -1.5 || d > slack {
+			t.Errorf("phase %s: agent %.2fs from the API server's time of the change, outside %.2fs from sending the patch", p, fromAccepted, outside[p])
 		}
 	}
 	t.Logf("phases agent (from seen): %v; outside (from patch): %v; admitted by %s", agentPh, outside, r.AdmittedBy)

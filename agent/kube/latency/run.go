@@ -44,7 +44,7 @@ func (t *Tracker) Run(ctx context.Context, client kubernetes.Interface) error {
 				obj = d.Obj
 			}
 			if p, ok := obj.(*corev1.Pod); ok {
-				t.gone(p.UID, t.opts.Now())
+				t.gone(p.UID, time.Time{})
 			}
 		},
 	}); err != nil {
@@ -63,16 +63,15 @@ func (t *Tracker) Run(ctx context.Context, client kubernetes.Interface) error {
 		case <-ctx.Done():
 			return nil
 		case <-tk.C:
-			// Not the tick's own time: it is when the tick was due, which
-			// a slow round before it makes stale, and the phases seen by
-			// the informer's handler are stamped with the time now.
-			t.tick(t.opts.Now())
+			// Not the tick's own time, which a slow round before it makes
+			// stale: the time under the lock (stamp).
+			t.tick(time.Time{})
 		}
 	}
 }
 
 func (t *Tracker) onPod(obj any) {
 	if p, ok := obj.(*corev1.Pod); ok {
-		t.observe(p, t.opts.Now())
+		t.observe(p, time.Time{})
 	}
 }

@@ -144,6 +144,17 @@ func New(opts Options) (*Tracker, error) {
 // reading at least Window old is at hand when a resize starts.
 func (t *Tracker) ringSize() int { return int(t.opts.Window/t.opts.SampleEvery) + 2 }
 
+// stamp is now, or, when it is zero (the daemon's calls), the clock read
+// under the lock: a time read before waiting for the lock would be stale
+// by the wait, and the phases the informer's handler and the ticker stamp
+// would come out of order.
+func (t *Tracker) stamp(now time.Time) time.Time {
+	if now.IsZero() {
+		return t.opts.Now()
+	}
+	return now
+}
+
 // observe takes a pod as the informer hands it at now.
 func (t *Tracker) observe(p *corev1.Pod, now time.Time) {
 	if p.Spec.NodeName != t.opts.NodeName {
@@ -151,6 +162,7 @@ func (t *Tracker) observe(p *corev1.Pod, now time.Time) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	now = t.stamp(now)
 	pt := t.pods[p.UID]
 	spec := specResources(p)
 	if pt == nil {
@@ -356,6 +368,7 @@ func (t *Tracker) afterWindow(r *resize, name string, start reading) *api.Pressu
 func (t *Tracker) gone(uid types.UID, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	now = t.stamp(now)
 	pt := t.pods[uid]
 	if pt == nil {
 		return
@@ -371,6 +384,7 @@ func (t *Tracker) gone(uid types.UID, now time.Time) {
 func (t *Tracker) tick(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	now = t.stamp(now)
 	for _, pt := range t.pods {
 		t.locate(pt, now)
 		r := pt.open

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -435,5 +436,32 @@ func TestExpectMismatch(t *testing.T) {
 	}
 	if m := e.mismatch(cgroup.State{CPUMax: cgroup.CPUMax{Quota: 50000, Period: 100000}, CPUWeight: 1, MemoryMax: 64 << 20}, 4096); strings.Count(m, "want") != 3 {
 		t.Errorf("%s", m)
+	}
+}
+
+// On the node (run 2 of TestLatency) a tick that read the clock before
+// waiting for the lock, held by the informer's handler stamping
+// PodResizeInProgress, put the cgroup phase 30 ms before admitted. The
+// daemon's calls pass no time: it is read under the lock.
+func TestStampedUnderTheLock(t *testing.T) {
+	f := newFixture(t)
+	var mu sync.Mutex
+	clock := f.clock
+	f.tr.opts.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	f.tr.observe(testPod(1, small), time.Time{})
+	f.tr.observe(resized(2, clock), time.Time{})
+	f.files("80000 100000", cgroupWeight(200), 96<<20)
+	f.tr.mu.Lock() // the handler holds it
+	done := make(chan struct{})
+	go func() { f.tr.tick(time.Time{}); close(done) }()
+	time.Sleep(20 * time.Millisecond)
+	mu.Lock()
+	clock = clock.Add(time.Second)
+	mu.Unlock()
+	f.tr.mu.Unlock()
+	<-done
+	r := f.tr.pods[uid].open
+	if d := r.cgroupAt.Sub(r.seen); d != time.Second {
+		t.Errorf("cgroup phase %v, want 1s: stamped before the lock was taken", d)
 	}
 }
