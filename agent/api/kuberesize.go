@@ -25,6 +25,10 @@ type KubeResize struct {
 	// PodResizeInProgress, observedGeneration, allocatedResources or
 	// cgroup (the files held the new values before the API said so).
 	AdmittedBy string `json:"admittedBy,omitempty"`
+	// KubeletAdmittedAt is the lastTransitionTime the kubelet gave
+	// PodResizeInProgress for this generation: its own clock, whole
+	// seconds, and independent of how late the agent's watch is.
+	KubeletAdmittedAt *time.Time `json:"kubeletAdmittedAt,omitempty"`
 	// Outcome: open while measured, then completed, infeasible,
 	// superseded (a newer resize came first), timeout or gone.
 	Outcome string `json:"outcome"`

@@ -220,6 +220,10 @@ func (t *Tracker) status(r *resize, p *corev1.Pod, now time.Time) {
 				continue
 			}
 			t.admit(r, now, "PodResizeInProgress")
+			if r.rec.KubeletAdmittedAt == nil && !c.LastTransitionTime.IsZero() {
+				at := c.LastTransitionTime.Time
+				r.rec.KubeletAdmittedAt = &at
+			}
 			if c.Reason == corev1.PodReasonError {
 				r.rec.Error = c.Message
 			}

@@ -167,7 +167,8 @@ func TestPhasesInOrder(t *testing.T) {
 
 	p := resized(2, seen)
 	p.Status.ObservedGeneration = 2
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue, ObservedGeneration: 2}}
+	kubeletAt := seen.Truncate(time.Second)
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue, ObservedGeneration: 2, LastTransitionTime: metav1.Time{Time: kubeletAt}}}
 	f.clock = f.clock.Add(200 * time.Millisecond)
 	f.observe(p)
 	f.at(300 * time.Millisecond) // files not yet changed
@@ -189,6 +190,9 @@ func TestPhasesInOrder(t *testing.T) {
 		if d := ph[k] - v; d > 1e-6 || d < -1e-6 {
 			t.Errorf("phase %s %.3fs, want %.3fs", k, ph[k], v)
 		}
+	}
+	if r.KubeletAdmittedAt == nil || !r.KubeletAdmittedAt.Equal(kubeletAt) {
+		t.Errorf("kubelet's admission time %v, want the condition's lastTransitionTime %v", r.KubeletAdmittedAt, kubeletAt)
 	}
 	if a := ph["accepted"]; a < 0.4 || a > 1.0 {
 		t.Errorf("accepted phase %.3fs: want the managedFields time (whole seconds) to seen", a)
