@@ -108,6 +108,9 @@ type Agent struct {
 	// shrinkTimeout is set by WithShrinkTimeout; 0 means DefaultShrinkTimeout.
 	shrinkTimeout time.Duration
 
+	// kubeletOwnsPods is set by WithKubeletOwnsPods (companion.go).
+	kubeletOwnsPods bool
+
 	// act carries out admitted resizes (package actuate); ctx ends when
 	// Close begins, which stops a reclaim in progress.
 	act  *actuate.Actuator
@@ -144,6 +147,8 @@ type record struct {
 	// restarting is the runtime container this intent began to restart
 	// (journaled before the restart; see markRestarting).
 	restarting string
+	// followed marks an intent the kubelet carries out (companion.go).
+	followed bool
 }
 
 // New returns an Agent that writes through cg and admits against ledger.
@@ -188,6 +193,11 @@ func (a *Agent) SubmitFrom(origin intent.Origin, spec intent.Spec) (intent.Inten
 	res, err := a.resolve(spec.Target)
 	if err != nil {
 		return intent.Intent{}, false, err
+	}
+	if a.kubeletOwnsPods && origin == intent.OriginAPI {
+		if what, ok := kubeletPod(res); ok {
+			return intent.Intent{}, false, fmt.Errorf("%w (%s): change it with kubectl patch --subresource resize, or the %s annotation, so that the API server authorizes it and the kubelet admits it", ErrKubeletOwned, what, "resize.resizer.io/resources")
+		}
 	}
 	if a.scope != nil {
 		// Where the container is, as resolved: a runtime's container too.

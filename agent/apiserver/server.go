@@ -183,6 +183,10 @@ func fail(w http.ResponseWriter, err error) {
 			reason = intent.ReasonQoSChange
 		}
 		writeError(w, http.StatusUnprocessableEntity, reason, err)
+	case errors.Is(err, agent.ErrKubeletOwned):
+		writeError(w, http.StatusForbidden, "KubeletOwned", err)
+	case errors.Is(err, agent.ErrForbidden):
+		writeError(w, http.StatusForbidden, "Forbidden", err)
 	case errors.Is(err, agent.ErrNotFound):
 		writeError(w, http.StatusNotFound, "NotFound", err)
 	case errors.Is(err, agent.ErrAmbiguous):

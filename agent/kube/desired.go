@@ -43,36 +43,32 @@ const (
 // IDPrefix starts the ID of every intent the intake submits.
 const IDPrefix = "k8s."
 
-// Mode says where the intake takes resize requests from.
+// Mode says whether the intake runs.
 type Mode string
 
 const (
-	// ModeAnnotation takes them from AnnotationResources only (default).
+	// ModeAnnotation takes resize requests from AnnotationResources
+	// (default), once deploy/'s annotation policy is in force (guard.go).
 	ModeAnnotation Mode = "annotation"
-	// ModeSpec takes them from the containers' resources in the pod spec
-	// (the resize subresource), for nodes where the kubelet does not act on
-	// in-place resizes; every container's cgroup is kept at its spec.
-	ModeSpec Mode = "spec"
-	// ModeBoth takes both; for a container the annotation names, the
-	// annotation wins.
-	ModeBoth Mode = "both"
 	// ModeOff disables the intake.
 	ModeOff Mode = "off"
 )
 
-// ParseMode parses a --kube-intake value.
+// ParseMode parses a --kube-intake value. The former spec and both modes
+// are refused: with the kubelet resizing in place (on by default from 1.33,
+// locked on from 1.35) the pod spec is the kubelet's to actuate, and an
+// agent acting on it too was a second authority beside it (issue 13).
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case ModeAnnotation, ModeSpec, ModeBoth, ModeOff:
+	case ModeAnnotation, ModeOff:
 		return m, nil
 	case "":
 		return ModeAnnotation, nil
+	case "spec", "both":
+		return "", fmt.Errorf("kube-intake: %q was removed: the kubelet resizes pods from their spec itself (kubectl patch --subresource resize); use annotation or off", s)
 	}
-	return "", fmt.Errorf("kube-intake: %q is not annotation, spec, both or off", s)
+	return "", fmt.Errorf("kube-intake: %q is not annotation or off", s)
 }
-
-func (m Mode) annotation() bool { return m == ModeAnnotation || m == ModeBoth }
-func (m Mode) spec() bool       { return m == ModeSpec || m == ModeBoth }
 
 // ContainerResize is one container's entry in AnnotationResources.
 type ContainerResize struct {
@@ -116,8 +112,49 @@ func ParseAnnotation(v string) (map[string]ContainerResize, error) {
 		if len(c.Requests) == 0 && len(c.Limits) == 0 {
 			return nil, fmt.Errorf("annotation %s: container %q: give requests or limits", AnnotationResources, name)
 		}
+		if err := checkBounds(c); err != nil {
+			return nil, fmt.Errorf("annotation %s: container %q: %w", AnnotationResources, truncate(name, maxNameInMessage), err)
+		}
+		if c.AllowMemoryBelowUsage {
+			return nil, fmt.Errorf("annotation %s: container %q: allowMemoryBelowUsage has no effect in Kubernetes mode: the kubelet decides whether a memory limit may go below usage", AnnotationResources, truncate(name, maxNameInMessage))
+		}
 	}
 	return out, nil
+}
+
+// The largest quantities a request or limit may give. Beyond them a value is
+// no limit in all but name (1e18 bytes of memory), or wraps when converted
+// to cgroup units (1e99; 1e15 CPUs in cpu.max microseconds): refused rather
+// than patched.
+var (
+	maxCPU    = resource.MustParse("100k") // 100,000 CPUs
+	maxMemory = resource.MustParse("1Pi")
+)
+
+// checkBounds refuses the quantities that do not mean what they say: a
+// negative value, a limit of 0 (which the kubelet takes as no limit), and
+// values beyond maxCPU and maxMemory. To lift a limit, resize from the pod
+// spec (kubectl), where the API server's validation applies.
+func checkBounds(c ContainerResize) error {
+	for field, l := range map[string]corev1.ResourceList{"requests": c.Requests, "limits": c.Limits} {
+		for res, q := range l {
+			max := maxMemory
+			if res == corev1.ResourceCPU {
+				max = maxCPU
+			}
+			switch {
+			case q.Sign() < 0:
+				return fmt.Errorf("%s.%s %s is negative", field, res, q.String())
+			case q.Sign() == 0 && field == "limits":
+				return fmt.Errorf("limits.%s 0 would mean no limit; a limit must be above 0", res)
+			case q.Cmp(max) > 0:
+				return fmt.Errorf("%s.%s %s is above %s: it would mean no limit or wrap when converted", field, res, q.String(), max.String())
+			case res == corev1.ResourceCPU && q.Sign() > 0 && q.MilliValue() == 0:
+				return fmt.Errorf("%s.%s %s is below 1m", field, res, q.String())
+			}
+		}
+	}
+	return nil
 }
 
 // Desired is what one container of a pod should have.
@@ -132,6 +169,11 @@ type Desired struct {
 	Spec intent.Spec
 	// Hash identifies the spec (the ID's last part).
 	Hash string
+	// Request is the annotation's entry: what the pods/resize patch sets
+	// (only the requests and limits it names).
+	Request ContainerResize
+	// Init is set for a native sidecar (spec.initContainers).
+	Init bool
 }
 
 // Refusal is a resize request the intake refuses before the agent sees it,
@@ -171,22 +213,13 @@ func fieldPathOf(pod *corev1.Pod, name string) string {
 	return ""
 }
 
-// DesiredFor works out what the pod's containers should have, in this mode.
-// The result is sorted by container name.
-func DesiredFor(pod *corev1.Pod, mode Mode) ([]Desired, []Refusal) {
+// DesiredFor works out what the pod's containers should have from its
+// annotation. The result is sorted by container name.
+func DesiredFor(pod *corev1.Pod) ([]Desired, []Refusal) {
 	ctrs := resizable(pod)
 	want := map[string]Desired{}
 	var refusals []Refusal
-	if mode.spec() {
-		for name, c := range ctrs {
-			rr, ok := fromSpec(c.Resources, nil)
-			if !ok {
-				continue // no cpu or memory in the spec: nothing to keep
-			}
-			want[name] = newDesired(pod.UID, name, c.fieldPath, "spec", rr, c.ResizePolicy, false)
-		}
-	}
-	if v, ok := pod.Annotations[AnnotationResources]; ok && mode.annotation() {
+	if v, ok := pod.Annotations[AnnotationResources]; ok {
 		ann, err := ParseAnnotation(v)
 		if err != nil {
 			refusals = append(refusals, Refusal{Message: err.Error()})
@@ -228,7 +261,9 @@ func DesiredFor(pod *corev1.Pod, mode Mode) ([]Desired, []Refusal) {
 				if pol == nil {
 					pol = ctrs[name].ResizePolicy
 				}
-				want[name] = newDesired(pod.UID, name, ctrs[name].fieldPath, "annotation", rr, pol, e.AllowMemoryBelowUsage)
+				d := newDesired(pod.UID, name, ctrs[name].fieldPath, "annotation", rr, pol, false)
+				d.Request, d.Init = e, strings.HasPrefix(ctrs[name].fieldPath, "spec.initContainers")
+				want[name] = d
 			}
 		}
 	}

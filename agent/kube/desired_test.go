@@ -71,7 +71,7 @@ func TestParseAnnotationIsStrict(t *testing.T) {
 
 func TestDesiredFromAnnotationOverridesSpec(t *testing.T) {
 	pod := testPod(`{"web": {"limits": {"cpu": "2"}}, "proxy": {"limits": {"memory": "128Mi"}}}`)
-	ds, refusals := DesiredFor(pod, ModeAnnotation)
+	ds, refusals := DesiredFor(pod)
 	if len(refusals) != 0 || len(ds) != 2 {
 		t.Fatalf("desired %+v refusals %+v", ds, refusals)
 	}
@@ -111,7 +111,7 @@ func TestAnnotationRefusals(t *testing.T) {
 		"unknown":        {`{"nope": {"limits": {"cpu": "1"}}}`, `container "nope"`},
 		"malformed":      {`{"web": {"limits": {"cpu": "1"}}`, "annotation " + AnnotationResources},
 	} {
-		ds, refusals := DesiredFor(testPod(tc.ann), ModeAnnotation)
+		ds, refusals := DesiredFor(testPod(tc.ann))
 		if len(refusals) == 0 || !strings.Contains(refusals[0].Message, tc.want) {
 			t.Errorf("%s: refusals %+v, want %q", name, refusals, tc.want)
 		}
@@ -121,48 +121,62 @@ func TestAnnotationRefusals(t *testing.T) {
 	}
 	be := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u", Annotations: map[string]string{AnnotationResources: `{"c": {"requests": {"cpu": "100m"}}}`}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
-	if _, r := DesiredFor(be, ModeAnnotation); len(r) != 1 || !strings.Contains(r[0].Message, "from BestEffort to Burstable") {
+	if _, r := DesiredFor(be); len(r) != 1 || !strings.Contains(r[0].Message, "from BestEffort to Burstable") {
 		t.Errorf("best effort: %+v", r)
 	}
 	// A Guaranteed pod stays Guaranteed only if requests move with limits.
 	g := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u", Annotations: map[string]string{AnnotationResources: `{"c": {"limits": {"cpu": "2"}}}`}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: rl("cpu", "1", "memory", "1Gi"), Limits: rl("cpu", "1", "memory", "1Gi")}}}}}
-	if _, r := DesiredFor(g, ModeAnnotation); len(r) != 1 || !strings.Contains(r[0].Message, "from Guaranteed to Burstable") {
+	if _, r := DesiredFor(g); len(r) != 1 || !strings.Contains(r[0].Message, "from Guaranteed to Burstable") {
 		t.Errorf("guaranteed: %+v", r)
 	}
 	g.Annotations[AnnotationResources] = `{"c": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}}`
-	if ds, r := DesiredFor(g, ModeAnnotation); len(r) != 0 || len(ds) != 1 {
+	if ds, r := DesiredFor(g); len(r) != 0 || len(ds) != 1 {
 		t.Errorf("guaranteed, both moved: %+v %+v", ds, r)
 	}
 }
 
-func TestDesiredModes(t *testing.T) {
-	pod := testPod(`{"web": {"limits": {"cpu": "2"}}}`)
-	if ds, _ := DesiredFor(pod, ModeSpec); len(ds) != 2 || ds[0].Container != "proxy" || ds[1].Source != "spec" ||
-		describe(ds[1].Spec.Resources) != "requests cpu=500m memory=128Mi, limits cpu=1 memory=256Mi" {
-		t.Errorf("spec mode ignores the annotation and takes every container with resources: %+v", ds)
-	}
-	ds, _ := DesiredFor(pod, ModeBoth)
-	if len(ds) != 2 || ds[1].Source != "annotation" || !strings.Contains(describe(ds[1].Spec.Resources), "limits cpu=2") || ds[0].Source != "spec" {
-		t.Errorf("both: the annotation wins where it names a container: %+v", ds)
-	}
-	if ds, r := DesiredFor(testPod(""), ModeAnnotation); len(ds) != 0 || len(r) != 0 {
+func TestModes(t *testing.T) {
+	if ds, r := DesiredFor(testPod("")); len(ds) != 0 || len(r) != 0 {
 		t.Errorf("no annotation: %+v %+v", ds, r)
 	}
-	for _, s := range []string{"annotation", "spec", "both", "off", ""} {
+	for _, s := range []string{"annotation", "off", ""} {
 		if _, err := ParseMode(s); err != nil {
 			t.Error(err)
 		}
 	}
-	if _, err := ParseMode("all"); err == nil {
-		t.Error("mode all accepted")
+	// spec and both are gone: the kubelet resizes from the spec itself.
+	for _, s := range []string{"spec", "both", "all"} {
+		if _, err := ParseMode(s); err == nil {
+			t.Errorf("mode %s accepted", s)
+		}
+	}
+}
+
+// Quantities that would mean no limit, or wrap, are refused.
+func TestNoLimitQuantities(t *testing.T) {
+	for _, v := range []string{
+		`{"web": {"limits": {"cpu": "0"}}}`, `{"web": {"limits": {"memory": "0"}}}`,
+		`{"web": {"limits": {"memory": "1e18"}}}`, `{"web": {"limits": {"cpu": "1e99"}}}`,
+		`{"web": {"requests": {"memory": "-1"}}}`, `{"web": {"limits": {"cpu": "200k"}}}`,
+		`{"web": {"limits": {"memory": "2Pi"}}}`,
+		`{"web": {"limits": {"memory": "1Gi"}, "allowMemoryBelowUsage": true}}`,
+	} {
+		if _, err := ParseAnnotation(v); err == nil {
+			t.Errorf("%s accepted", v)
+		}
+	}
+	for _, v := range []string{`{"web": {"limits": {"cpu": "100k", "memory": "1Pi"}}}`, `{"web": {"requests": {"cpu": "0"}}}`} {
+		if _, err := ParseAnnotation(v); err != nil {
+			t.Errorf("%s: %v", v, err)
+		}
 	}
 }
 
 func TestIntentIDIsDeterministic(t *testing.T) {
-	a, _ := DesiredFor(testPod(`{"web": {"limits": {"cpu": "2"}}}`), ModeAnnotation)
-	b, _ := DesiredFor(testPod(`{"web": {"limits": {"cpu": "2000m"}}}`), ModeAnnotation)
-	c, _ := DesiredFor(testPod(`{"web": {"limits": {"cpu": "3"}}}`), ModeAnnotation)
+	a, _ := DesiredFor(testPod(`{"web": {"limits": {"cpu": "2"}}}`))
+	b, _ := DesiredFor(testPod(`{"web": {"limits": {"cpu": "2000m"}}}`))
+	c, _ := DesiredFor(testPod(`{"web": {"limits": {"cpu": "3"}}}`))
 	if IntentID(a[0], 0) != IntentID(b[0], 0) {
 		t.Errorf("the same resources written another way got another ID: %s %s", IntentID(a[0], 0), IntentID(b[0], 0))
 	}

@@ -5,17 +5,25 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/resizer/resize-agent/agent/admission"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 )
 
 // A cgroup value written behind the agent's back, restored by the agent's
-// drift check, is told on the pod as a Warning Event.
+// drift check, is told on the pod as a Warning Event. (In Kubernetes mode
+// the agent manages no pod's container; an agent without
+// WithKubeletOwnsPods, as here, still can, through its API.)
 func TestDriftRestoreEvent(t *testing.T) {
-	f := newFixture(t, ModeAnnotation, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi})
-	p := f.pod("a", burstable, `{"web": {"limits": {"cpu": "2"}}}`, true)
+	f := newFixture(t, true)
+	p := f.pod("a", burstable, "", true)
+	f.synced()
+	if _, _, err := f.ra.Submit(intent.Spec{Target: intent.Target{Name: "web", PodUID: string(p.UID)},
+		Resources: corev1.ResourceRequirements{Requests: rl("cpu", "500m", "memory", "128Mi"), Limits: rl("cpu", "2", "memory", "256Mi")}}); err != nil {
+		t.Fatal(err)
+	}
 	f.waitFile(p, "cpu.max", "200000 100000")
-	f.waitConditions("a", none)
 	cgrouptest.SetFile(t, f.ra.Root, cgroupOf(p.UID, "web"), "cpu.max", "max 100000")
 	eventually(t, "restore", func() string {
 		f.ra.DriftCheck(context.Background())

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,10 +33,13 @@ import (
 
 // Agent is what the intake needs of the agent; *agent.Agent implements it.
 type Agent interface {
-	SubmitFrom(intent.Origin, intent.Spec) (intent.Intent, bool, error)
+	// Follow and Report hold the intents whose resize the kubelet carries
+	// out (agent/companion.go); Verify reads a container's cgroup files.
+	Follow(intent.Origin, intent.Spec) (intent.Intent, bool, error)
+	Report(id string, s intent.State, reason, msg string) (intent.Intent, error)
+	Verify(ctx context.Context, podUID, name string, want intent.Resources) (bool, string, error)
 	Get(id string) (intent.Intent, error)
 	Watch(ctx context.Context, f agent.Filter) <-chan agent.Event
-	ForgetContainer(agent.Key) error
 	List(f agent.Filter, state intent.State) []intent.Intent
 }
 
@@ -48,13 +52,23 @@ const (
 	ReportingController = "resize-agent"
 )
 
-// Event reasons, the kubelet's for in-place resizes.
+// Event reasons, the agent's own: the kubelet's (ResizeStarted,
+// ResizeCompleted, ResizeDeferred, ResizeInfeasible, ResizeError; kubelet
+// pkg/kubelet/events/event.go) are the kubelet's to record, and
+// deploy/base/nodescope.yaml refuses them from the agent.
 const (
-	EventResizeStarted    = "ResizeStarted"
-	EventResizeCompleted  = "ResizeCompleted"
-	EventResizeDeferred   = "ResizeDeferred"
-	EventResizeInfeasible = "ResizeInfeasible"
-	EventResizeError      = "ResizeError"
+	// EventResizeRequested: the agent patched pods/resize for the
+	// annotation.
+	EventResizeRequested = "ResizeRequested"
+	// EventResizeRefused: the annotation was refused, or the API server
+	// refused the patch.
+	EventResizeRefused = "ResizeRefused"
+	// EventResizeVerified: the kubelet actuated the resize and the agent
+	// read it back from the cgroup files.
+	EventResizeVerified = "ResizeVerified"
+	// EventResizeNotVerified: the kubelet reports the resources, the cgroup
+	// files hold something else.
+	EventResizeNotVerified = "ResizeNotVerified"
 	// EventCgroupDrift is the agent's own: a container's cgroup values were
 	// changed behind its back and it restored or adopted them (drift.go).
 	EventCgroupDrift = "CgroupDrift"
@@ -64,8 +78,15 @@ const (
 type Options struct {
 	// NodeName is this node: only pods bound to it are watched.
 	NodeName string
-	// Mode says where resize requests come from (default annotation).
-	Mode Mode
+	// Predictor, when set, foresees the kubelet's verdict before each
+	// patch (predict.go).
+	Predictor Predictor
+	// PolicyCheck is how often the annotation policy is looked up again
+	// (default 1m).
+	PolicyCheck time.Duration
+	// VerifyRetry is how soon a resize the kubelet reports done but the
+	// cgroup files do not show yet is checked again (default 2s).
+	VerifyRetry time.Duration
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 	// Resync is how often every pod is looked at again even if nothing
@@ -83,8 +104,9 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Intake watches the pods bound to this node, submits their resize
-// requests to the agent and reports back on the pods.
+// Intake watches the pods bound to this node, turns their annotations into
+// pods/resize patches and follows the kubelet's verdicts in the agent's
+// intents.
 type Intake struct {
 	client   kubernetes.Interface
 	agent    Agent
@@ -94,6 +116,8 @@ type Intake struct {
 	informer cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
 	recorder record.EventRecorder
+	policy   guard
+	ready    chan struct{} // closed once the intake follows the agent's intents
 
 	mu    sync.Mutex
 	pods  map[types.UID]*podState
@@ -101,7 +125,7 @@ type Intake struct {
 
 	// emitted is the last state an Event was recorded for, per intent;
 	// only the agent watcher touches it.
-	emitted map[string]intent.State
+	emitted map[string]string
 
 	// noGeneration is set when the API server drops the conditions'
 	// observedGeneration (its feature gate off): it is then neither sent
@@ -123,19 +147,29 @@ type podState struct {
 	// not logged since.
 	warned     time.Time
 	suppressed int
-	// wrote is set once the intake has set a resize condition on the pod:
-	// it then removes them too when the resize ends.
+	// wrote is set once the intake has set its condition on the pod: it
+	// then keeps it up to date, and removes it when there is nothing more
+	// to say.
 	wrote bool
 }
 
 type ctrState struct {
 	fieldPath string
-	// id is the intent last submitted for the container, hash its spec's.
+	// id is the intent last followed for the container, hash its spec's,
+	// want its resources.
 	id, hash string
+	want     corev1.ResourceRequirements
 	// wanted is the hash of what the pod asks for now ("" if nothing).
 	wanted string
-	// refused is the agent's refusal of the spec with hash refusedHash.
-	refused, refusedHash string
+	// patched is the hash last patched into pods/resize (or refused by the
+	// API server), gen the pod's generation the patch produced.
+	patched string
+	gen     int64
+	// refusedMsg is the API server's refusal of the patch of hash patched.
+	refusedMsg string
+	// predicted is the Predictor's verdict before the patch, as said in the
+	// intent's message ("" without a Predictor).
+	predicted string
 }
 
 const uidIndex = "uid"
@@ -145,11 +179,11 @@ func New(client kubernetes.Interface, a Agent, opts Options) (*Intake, error) {
 	if opts.NodeName == "" {
 		return nil, errors.New("kube: the node name is required")
 	}
-	if opts.Mode == "" {
-		opts.Mode = ModeAnnotation
+	if opts.PolicyCheck == 0 {
+		opts.PolicyCheck = time.Minute
 	}
-	if _, err := ParseMode(string(opts.Mode)); err != nil || opts.Mode == ModeOff {
-		return nil, fmt.Errorf("kube: mode %q", opts.Mode)
+	if opts.VerifyRetry == 0 {
+		opts.VerifyRetry = 2 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -174,9 +208,11 @@ func New(client kubernetes.Interface, a Agent, opts Options) (*Intake, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBase, opts.RetryMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "resize-agent-pods"}),
-		pods: map[types.UID]*podState{}, byKey: map[string]types.UID{}, emitted: map[string]intent.State{},
+		pods: map[types.UID]*podState{}, byKey: map[string]types.UID{}, emitted: map[string]string{},
 		recorder: opts.Recorder,
 	}
+	in.policy.why = "not checked yet"
+	in.ready = make(chan struct{})
 	// Only this node's pods: the API server filters, so a node's agent
 	// never lists or watches the whole cluster's pods.
 	selector := fields.OneTermEqualSelector("spec.nodeName", opts.NodeName).String()
@@ -239,6 +275,10 @@ func (in *Intake) enqueue(obj any) {
 // HasSynced reports whether the pods have been listed once.
 func (in *Intake) HasSynced() bool { return in.informer.HasSynced() }
 
+// Ready is closed once the pods have been listed and the intake follows
+// the agent's intents.
+func (in *Intake) Ready() <-chan struct{} { return in.ready }
+
 // Run runs the intake until ctx ends. It waits for the first list of pods
 // (however long the API server takes to answer), then handles them.
 func (in *Intake) Run(ctx context.Context) error {
@@ -256,7 +296,8 @@ func (in *Intake) Run(ctx context.Context) error {
 	}
 	in.factory.Start(ctx.Done())
 	defer in.factory.Shutdown()
-	in.log.Info("kubernetes intake starting", "node", in.opts.NodeName, "mode", in.opts.Mode)
+	in.log.Info("kubernetes intake starting", "node", in.opts.NodeName)
+	in.checkPolicy(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), in.informer.HasSynced) {
 		return nil
 	}
@@ -266,7 +307,17 @@ func (in *Intake) Run(ctx context.Context) error {
 	// Subscribed before any worker submits: an intent that ran its course
 	// before the watcher goroutine got going had no Events.
 	ch := in.agent.Watch(ctx, agent.Filter{})
+	close(in.ready)
 	go func() { defer wg.Done(); in.watchAgent(ctx, ch) }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
+			if in.checkPolicy(ctx) {
+				in.enqueueAll()
+			}
+		}, in.opts.PolicyCheck)
+	}()
 	for range in.opts.Workers {
 		wg.Add(1)
 		go func() { defer wg.Done(); wait.UntilWithContext(ctx, in.work, time.Second) }()
@@ -305,20 +356,46 @@ type waiting struct{ error }
 
 func (w waiting) Unwrap() error { return w.error }
 
-// sync makes the agent's intents and the pod's conditions follow the pod.
+// checkPolicy looks the annotation policy up and logs when its state
+// changes; it reports whether it changed.
+func (in *Intake) checkPolicy(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	why := checkAnnotationPolicy(cctx, in.client)
+	if ctx.Err() != nil {
+		return false
+	}
+	if !in.policy.set(why) {
+		return false
+	}
+	if why == "" {
+		in.log.Info("annotation policy in force: acting on annotations", "policy", AnnotationPolicy)
+	} else {
+		in.log.Warn("annotation policy not in force: no annotation is acted on", "policy", AnnotationPolicy, "why", why)
+	}
+	return true
+}
+
+func (in *Intake) enqueueAll() {
+	for _, key := range in.informer.GetIndexer().ListKeys() {
+		in.queue.Add(key)
+	}
+}
+
+// sync makes the pod's resources follow its annotation through pods/resize
+// and the agent's intents follow the kubelet's verdict.
 func (in *Intake) sync(ctx context.Context, key string) error {
 	obj, exists, err := in.informer.GetIndexer().GetByKey(key)
 	if err != nil {
 		return err
 	}
 	if !exists {
-		in.podGone(key)
+		in.podGone(key, "the pod was deleted")
 		return nil
 	}
 	pod := obj.(*corev1.Pod)
 	if pod.Spec.NodeName != in.opts.NodeName || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		// Its containers are gone: what they held is free again.
-		in.podGone(key)
+		in.podGone(key, "the pod's containers have ended")
 		return nil
 	}
 	ps := in.state(key, pod.UID)
@@ -326,17 +403,37 @@ func (in *Intake) sync(ctx context.Context, key string) error {
 	for _, cs := range ps.containers {
 		cs.wanted = ""
 	}
-	if pod.DeletionTimestamp == nil {
-		desired, refusals := DesiredFor(pod, in.opts.Mode)
-		in.setRefusals(pod, ps, refusals)
-		for _, d := range desired {
-			if err := in.submit(pod, ps, d); err != nil {
-				errs = append(errs, err)
+	if _, annotated := pod.Annotations[AnnotationResources]; annotated && pod.DeletionTimestamp == nil {
+		if ok, why := in.policy.get(); !ok {
+			in.setRefusals(pod, ps, []Refusal{{Message: "annotation " + AnnotationResources + " ignored: " + why}})
+		} else {
+			desired, refusals := DesiredFor(pod)
+			in.setRefusals(pod, ps, refusals)
+			var todo []Desired
+			for _, d := range desired {
+				need, err := in.follow(pod, ps, d)
+				if err != nil {
+					errs = append(errs, err)
+				}
+				if need {
+					todo = append(todo, d)
+				}
+			}
+			if len(todo) > 0 {
+				if err := in.patch(ctx, pod, ps, todo); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
+	} else {
+		in.setRefusals(pod, ps, nil)
 	}
+	retry := in.followVerdicts(ctx, pod, ps)
 	if err := in.syncStatus(ctx, pod, ps); err != nil {
 		errs = append(errs, err)
+	}
+	if len(errs) == 0 && retry {
+		in.queue.AddAfter(key, in.opts.VerifyRetry)
 	}
 	if len(errs) == 1 {
 		return errs[0]
@@ -350,7 +447,7 @@ func (in *Intake) state(key string, uid types.UID) *podState {
 	old, ok := in.byKey[key]
 	in.mu.Unlock()
 	if ok && old != uid {
-		in.podGone(key)
+		in.podGone(key, "the pod was replaced by another of the same name")
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -364,9 +461,8 @@ func (in *Intake) state(key string, uid types.UID) *podState {
 }
 
 // podGone forgets a pod that was deleted or whose containers have all
-// ended, and has the agent forget its containers, which frees their
-// capacity for Deferred resizes.
-func (in *Intake) podGone(key string) {
+// ended; its unfinished intents fail with why.
+func (in *Intake) podGone(key, why string) {
 	in.mu.Lock()
 	uid, ok := in.byKey[key]
 	ps := in.pods[uid]
@@ -376,15 +472,12 @@ func (in *Intake) podGone(key string) {
 	if !ok || ps == nil {
 		return
 	}
-	for name, cs := range ps.containers {
+	for _, cs := range ps.containers {
 		if cs.id == "" {
 			continue
 		}
-		err := in.agent.ForgetContainer(agent.Key{PodUID: string(uid), Name: name})
-		if err != nil && !errors.Is(err, agent.ErrNotFound) {
-			in.log.Warn("forgetting container of a gone pod", "pod", key, "container", name, "err", err)
-		} else if err == nil {
-			in.log.Info("container of a gone pod forgotten", "pod", key, "container", name)
+		if it, err := in.agent.Get(cs.id); err == nil && !it.Status.State.Terminal() {
+			_, _ = in.agent.Report(cs.id, intent.Failed, intent.ReasonContainerGone, why)
 		}
 	}
 }
@@ -410,10 +503,10 @@ func (in *Intake) setRefusals(pod *corev1.Pod, ps *podState, refusals []Refusal)
 	}
 	sort.Strings(changed)
 	for _, c := range changed {
-		in.event(pod, fieldPathOf(pod, c), corev1.EventTypeWarning, EventResizeError, printable(c), now[c])
+		in.event(pod, fieldPathOf(pod, c), corev1.EventTypeWarning, EventResizeRefused, printable(c), now[c])
 	}
 	// One line per pod and interval, cut short: what is refused is on the
-	// pod (Events, conditions) for whoever wants all of it.
+	// pod (Events, the agent's condition) for whoever wants all of it.
 	ps.suppressed += len(changed)
 	if t := time.Now(); t.Sub(ps.warned) >= refusalLogInterval {
 		var b strings.Builder
@@ -450,49 +543,211 @@ const (
 	maxRefusalLog      = 1024
 )
 
-// submit hands one container's desired resources to the agent, unless the
-// agent already has that intent.
-func (in *Intake) submit(pod *corev1.Pod, ps *podState, d Desired) error {
+// follow has the agent hold the intent for one container's desired
+// resources, and reports whether they still need patching.
+func (in *Intake) follow(pod *corev1.Pod, ps *podState, d Desired) (bool, error) {
 	cs := ps.containers[d.Container]
 	if cs == nil {
 		cs = &ctrState{}
 		ps.containers[d.Container] = cs
 	}
 	cs.fieldPath, cs.wanted = d.FieldPath, d.Hash
-	if cs.refusedHash == d.Hash {
-		return nil // refused; only another request can change that
+	if cs.hash == d.Hash && cs.id != "" {
+		if _, err := in.agent.Get(cs.id); err == nil {
+			return cs.patched != d.Hash, nil
+		}
 	}
 	if cs.id == "" {
-		// First sight since the intake started: the agent may have this
+		// First sight since the intake started: the agent may hold this
 		// container's intents from before (the intake alone restarted).
 		cs.id = in.latestID(pod.UID, d.Container)
 	}
-	if cs.hash == d.Hash && cs.id != "" {
-		if _, err := in.agent.Get(cs.id); err == nil {
-			return nil
-		}
-	}
 	spec := d.Spec
 	spec.ID = in.pickID(cs, d)
-	_, created, err := in.agent.SubmitFrom(intent.OriginKubernetes, spec)
+	prev := cs.id
+	_, created, err := in.agent.Follow(intent.OriginKubernetes, spec)
+	if err != nil {
+		if errors.Is(err, agent.ErrShuttingDown) {
+			return false, nil
+		}
+		ps.refusals[d.Container] = err.Error()
+		return false, fmt.Errorf("following the resize of container %s: %w", d.Container, err)
+	}
+	if prev != "" && prev != spec.ID {
+		if it, err := in.agent.Get(prev); err == nil && !it.Status.State.Terminal() {
+			_, _ = in.agent.Report(prev, intent.Superseded, intent.ReasonSuperseded, "superseded by intent "+spec.ID+": the annotation asks for other resources")
+		}
+	}
+	cs.id, cs.hash, cs.want = spec.ID, d.Hash, d.Spec.Resources
+	if created {
+		in.log.Info("resize requested", "pod", ps.key, "container", d.Container, "intent", spec.ID, "resources", describe(spec.Resources))
+	}
+	return cs.patched != d.Hash, nil
+}
+
+// resizePatch is the strategic merge patch of pods/resize that sets what
+// the annotation's entries name, and nothing else; metadata.uid is a
+// precondition, as in conditionPatch.
+func resizePatch(uid types.UID, ds []Desired) []byte {
+	type entry struct {
+		Name         string                         `json:"name"`
+		Resources    map[string]corev1.ResourceList `json:"resources"`
+		ResizePolicy []corev1.ContainerResizePolicy `json:"resizePolicy,omitempty"`
+	}
+	var ctrs, inits []entry
+	for _, d := range ds {
+		e := entry{Name: d.Container, Resources: map[string]corev1.ResourceList{}, ResizePolicy: d.Request.ResizePolicy}
+		if len(d.Request.Requests) > 0 {
+			e.Resources["requests"] = d.Request.Requests
+		}
+		if len(d.Request.Limits) > 0 {
+			e.Resources["limits"] = d.Request.Limits
+		}
+		if d.Init {
+			inits = append(inits, e)
+		} else {
+			ctrs = append(ctrs, e)
+		}
+	}
+	spec := map[string]any{}
+	if len(ctrs) > 0 {
+		spec["containers"] = ctrs
+	}
+	if len(inits) > 0 {
+		spec["initContainers"] = inits
+	}
+	b, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid}, "spec": spec})
+	if err != nil {
+		panic(err) // plain maps and API types always marshal
+	}
+	return b
+}
+
+// patch asks the API server for the resize, through pods/resize with the
+// agent's credentials: RBAC, ResourceQuota, LimitRange and
+// PodResizeValidator apply, and the kubelet admits and actuates it. A
+// refusal is final for these resources and said in the intents.
+func (in *Intake) patch(ctx context.Context, pod *corev1.Pod, ps *podState, ds []Desired) error {
+	predicted := ""
+	if in.opts.Predictor != nil {
+		want := pod.DeepCopy()
+		for _, d := range ds {
+			if c := findContainer(want, d.Container); c != nil {
+				c.Resources = withRequest(c.Resources, d.Request)
+			}
+		}
+		if p := in.opts.Predictor.Predict(want); p != nil {
+			predicted = fmt.Sprintf("; predicted: %s", p.Verdict)
+			if p.Message != "" {
+				predicted += " (" + p.Message + ")"
+			}
+		}
+	}
+	body := resizePatch(pod.UID, ds)
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	got, err := in.client.CoreV1().Pods(pod.Namespace).Patch(pctx, pod.Name, types.StrategicMergePatchType, body,
+		metav1.PatchOptions{FieldManager: FieldManager}, "resize")
+	var refused string
 	switch {
 	case err == nil:
-		cs.id, cs.hash, cs.refused, cs.refusedHash = spec.ID, d.Hash, "", ""
-		if created {
-			in.log.Info("resize submitted", "pod", ps.key, "container", d.Container, "intent", spec.ID, "source", d.Source, "resources", describe(spec.Resources))
-		}
-		return nil
-	case errors.Is(err, intent.ErrInvalid) || errors.Is(err, agent.ErrConflict):
-		cs.refused, cs.refusedHash = err.Error(), d.Hash
-		in.log.Warn("resize refused by the agent", "pod", ps.key, "container", d.Container, "intent", spec.ID, "err", err)
-		in.event(pod, d.FieldPath, corev1.EventTypeWarning, EventResizeError, d.Container, err.Error())
-		return nil
-	case errors.Is(err, agent.ErrNotFound):
-		return waiting{fmt.Errorf("container %s: %w", d.Container, err)}
-	case errors.Is(err, agent.ErrShuttingDown):
-		return nil
+	case apierrors.IsNotFound(err):
+		return nil // deleted meanwhile; the informer says so next
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsConflict(err) && strings.Contains(err.Error(), "Precondition failed"):
+		refused = err.Error()
+	default:
+		return fmt.Errorf("patching pods/resize of %s: %w", ps.key, err)
 	}
-	return fmt.Errorf("submitting the resize of container %s: %w", d.Container, err)
+	for _, d := range ds {
+		cs := ps.containers[d.Container]
+		cs.patched, cs.refusedMsg = d.Hash, refused
+		if refused != "" {
+			in.log.Warn("pods/resize patch refused", "pod", ps.key, "container", d.Container, "intent", cs.id, "err", refused)
+			_, _ = in.agent.Report(cs.id, intent.Failed, ReasonPatchRefused, "the API server refused the pods/resize patch: "+refused)
+			in.event(pod, d.FieldPath, corev1.EventTypeWarning, EventResizeRefused, d.Container, "the API server refused the pods/resize patch: "+refused)
+			continue
+		}
+		cs.gen, cs.predicted = got.Generation, predicted
+		msg := fmt.Sprintf("pods/resize patched (generation %d); waiting for the kubelet%s", got.Generation, predicted)
+		_, _ = in.agent.Report(cs.id, intent.Proposed, ReasonPatched, msg)
+		in.event(pod, d.FieldPath, corev1.EventTypeNormal, EventResizeRequested, d.Container, "pods/resize patched: "+describe(d.Spec.Resources)+predicted)
+	}
+	return nil
+}
+
+func findContainer(pod *corev1.Pod, name string) *corev1.Container {
+	for _, l := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range l {
+			if l[i].Name == name {
+				return &l[i]
+			}
+		}
+	}
+	return nil
+}
+
+// withRequest is rr with what the annotation's entry names set, as the
+// strategic merge patch sets it.
+func withRequest(rr corev1.ResourceRequirements, e ContainerResize) corev1.ResourceRequirements {
+	out := *rr.DeepCopy()
+	for res, q := range e.Requests {
+		if out.Requests == nil {
+			out.Requests = corev1.ResourceList{}
+		}
+		out.Requests[res] = q
+	}
+	for res, q := range e.Limits {
+		if out.Limits == nil {
+			out.Limits = corev1.ResourceList{}
+		}
+		out.Limits[res] = q
+	}
+	return out
+}
+
+// followVerdicts reports the kubelet's verdict on each patched container
+// in its intent. It returns true when a container is to be looked at again
+// soon: the kubelet reports it done but the cgroup files do not show it
+// yet.
+func (in *Intake) followVerdicts(ctx context.Context, pod *corev1.Pod, ps *podState) (retry bool) {
+	for name, cs := range ps.containers {
+		if cs.id == "" || cs.patched == "" || cs.patched != cs.hash || cs.refusedMsg != "" {
+			continue
+		}
+		it, err := in.agent.Get(cs.id)
+		if err != nil || it.Status.State == intent.Superseded {
+			continue
+		}
+		if spec, ok := specOf(pod, name); !ok || toResources(spec) != toResources(cs.want) {
+			if cs.gen > 0 && pod.Generation >= cs.gen {
+				_, _ = in.agent.Report(cs.id, intent.Superseded, ReasonSpecChanged, "the pod's spec no longer asks for these resources: "+describe(spec))
+			}
+			continue
+		}
+		v := kubeletVerdict(pod, name, cs.want, cs.gen)
+		if v.Actuated {
+			vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			ok, held, err := in.agent.Verify(vctx, string(pod.UID), name, toResources(cs.want))
+			cancel()
+			switch {
+			case err != nil:
+				v = verdict{State: intent.InProgress, Reason: ReasonNotVerified, Message: "the kubelet reports the resources; reading the cgroup files failed: " + err.Error()}
+				retry = true
+			case !ok:
+				v = verdict{State: intent.InProgress, Reason: ReasonNotVerified, Message: "the kubelet reports " + describe(cs.want) + ", but " + held}
+				retry = true
+			default:
+				v = verdict{State: intent.Completed, Reason: ReasonVerified, Message: "actuated by the kubelet and verified: " + held}
+			}
+		}
+		if v.State != intent.Completed {
+			v.Message += cs.predicted
+		}
+		if it.Status.State != v.State || it.Status.Reason != v.Reason || it.Status.Message != v.Message {
+			_, _ = in.agent.Report(cs.id, v.State, v.Reason, v.Message)
+		}
+	}
+	return retry
 }
 
 // pickID is the ID for d: the plain one, unless the agent holds an intent
@@ -511,7 +766,7 @@ func (in *Intake) pickID(cs *ctrState, d Desired) string {
 	}
 }
 
-// latestID is the newest intent the intake submitted for the container
+// latestID is the newest intent the intake followed for the container
 // that the agent still holds, "" if none.
 func (in *Intake) latestID(uid types.UID, name string) string {
 	its := in.agent.List(agent.Filter{Container: name}, "")
@@ -523,7 +778,8 @@ func (in *Intake) latestID(uid types.UID, name string) string {
 	return ""
 }
 
-// syncStatus sets the pod's resize conditions from its containers' intents.
+// syncStatus sets the agent's own condition on the pod from its
+// containers' intents. The kubelet's conditions are never written.
 func (in *Intake) syncStatus(ctx context.Context, pod *corev1.Pod, ps *podState) error {
 	var states []containerState
 	for c, m := range ps.refusals {
@@ -536,10 +792,6 @@ func (in *Intake) syncStatus(ctx context.Context, pod *corev1.Pod, ps *podState)
 	sort.Strings(names)
 	for _, name := range names {
 		cs := ps.containers[name]
-		if cs.wanted != "" && cs.refusedHash == cs.wanted {
-			states = append(states, containerState{Container: name, Message: cs.refused, Refused: true})
-			continue
-		}
 		if cs.id == "" {
 			continue
 		}
@@ -558,12 +810,10 @@ func (in *Intake) syncStatus(ctx context.Context, pod *corev1.Pod, ps *podState)
 	if in.noGeneration.Load() {
 		gen = 0
 	}
-	pending, progress := desiredConditions(states, gen)
+	want := desiredCondition(states, gen)
 	_, annotated := pod.Annotations[AnnotationResources]
-	owned := in.opts.Mode.spec() || annotated || ps.wrote
-	patch := conditionPatch(pod, map[corev1.PodConditionType]*corev1.PodCondition{
-		corev1.PodResizePending: pending, corev1.PodResizeInProgress: progress,
-	}, in.opts.Now(), owned)
+	owned := annotated || ps.wrote
+	patch := conditionPatch(pod, map[corev1.PodConditionType]*corev1.PodCondition{ConditionType: want}, in.opts.Now(), owned)
 	if patch == nil {
 		return nil
 	}
@@ -573,23 +823,18 @@ func (in *Intake) syncStatus(ctx context.Context, pod *corev1.Pod, ps *podState)
 		metav1.PatchOptions{FieldManager: FieldManager}, "status")
 	switch {
 	case err == nil:
-		if pending != nil || progress != nil {
+		if want != nil {
 			ps.wrote = true
-		}
-		for _, w := range []*corev1.PodCondition{pending, progress} {
-			if w == nil || gen == 0 || got == nil {
-				continue
-			}
-			if c := findCondition(got, w.Type); c != nil && c.ObservedGeneration == 0 && !in.noGeneration.Swap(true) {
+			if c := findCondition(got, ConditionType); gen != 0 && got != nil && c != nil && c.ObservedGeneration == 0 && !in.noGeneration.Swap(true) {
 				in.log.Info("the API server does not keep the conditions' observedGeneration; not sending it")
 			}
 		}
-		in.log.Debug("pod resize conditions patched", "pod", ps.key, "patch", string(patch))
+		in.log.Debug("pod condition patched", "pod", ps.key, "patch", string(patch))
 		return nil
 	case apierrors.IsNotFound(err):
 		return nil // deleted meanwhile; the informer says so next
 	}
-	return fmt.Errorf("patching the resize conditions of pod %s: %w", ps.key, err)
+	return fmt.Errorf("patching the condition %s of pod %s: %w", ConditionType, ps.key, err)
 }
 
 // watchAgent follows the agent's intents: it records an Event on the pod
@@ -628,34 +873,29 @@ func (in *Intake) onIntent(it intent.Intent) {
 		return
 	}
 	st := it.Status.State
-	if st.Terminal() {
-		defer delete(in.emitted, it.ID)
-	}
 	objs, _ := in.informer.GetIndexer().ByIndex(uidIndex, it.Spec.Target.PodUID)
 	if len(objs) == 0 {
+		if st.Terminal() {
+			delete(in.emitted, it.ID)
+		}
 		return
 	}
 	pod := objs[0].(*corev1.Pod)
-	if in.emitted[it.ID] != st {
-		in.emitted[it.ID] = st
-		name, msg := it.Spec.Target.Name, it.Status.Message
-		fp := fieldPathOf(pod, name)
+	// Only what the agent alone knows gets an Event; the kubelet records
+	// its own for Deferred, Infeasible, started, completed and errors.
+	mark := string(st) + "/" + it.Status.Reason
+	if in.emitted[it.ID] != mark {
+		in.emitted[it.ID] = mark
+		name, fp := it.Spec.Target.Name, fieldPathOf(pod, it.Spec.Target.Name)
 		switch {
-		case st == intent.InProgress:
-			in.event(pod, fp, corev1.EventTypeNormal, EventResizeStarted, name, "resizing to "+describe(it.Spec.Resources))
-		case st == intent.Completed && it.Status.Reason != intent.ReasonNoChange:
-			in.event(pod, fp, corev1.EventTypeNormal, EventResizeCompleted, name, msg)
-		case st == intent.Deferred:
-			in.event(pod, fp, corev1.EventTypeWarning, EventResizeDeferred, name, msg)
-		case st == intent.Infeasible:
-			in.event(pod, fp, corev1.EventTypeWarning, EventResizeInfeasible, name, msg)
-		case st == intent.Failed:
-			in.event(pod, fp, corev1.EventTypeWarning, EventResizeError, name, msg)
+		case st == intent.Completed && it.Status.Reason == ReasonVerified:
+			in.event(pod, fp, corev1.EventTypeNormal, EventResizeVerified, name, it.Status.Message)
+		case it.Status.Reason == ReasonNotVerified:
+			in.event(pod, fp, corev1.EventTypeWarning, EventResizeNotVerified, name, it.Status.Message)
 		}
 	}
-	key, err := cache.MetaNamespaceKeyFunc(pod)
-	if err == nil {
-		in.queue.Add(key)
+	if st.Terminal() && st != intent.Failed && st != intent.Infeasible {
+		delete(in.emitted, it.ID)
 	}
 }
 

@@ -2,19 +2,24 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
@@ -73,12 +78,17 @@ type fixture struct {
 	client *fake.Clientset
 	ra     *agenttest.RuntimeAgent
 	rec    *recorder
-	mode   Mode
 	stop   func()
+	in     *Intake
 }
 
-func newFixture(t *testing.T, mode Mode, alloc admission.Capacity) *fixture {
-	f := &fixture{t: t, client: fake.NewClientset(), ra: agenttest.NewRuntimeAgent(t, alloc), rec: &recorder{}, mode: mode}
+// newFixture starts an intake; with policy, deploy's annotation policy and
+// its binding are in the API server first.
+func newFixture(t *testing.T, policy bool) *fixture {
+	f := &fixture{t: t, client: fake.NewClientset(), ra: agenttest.NewRuntimeAgent(t, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}), rec: &recorder{}}
+	if policy {
+		f.installPolicy()
+	}
 	f.start()
 	t.Cleanup(func() { f.stop() })
 	return f
@@ -86,7 +96,7 @@ func newFixture(t *testing.T, mode Mode, alloc admission.Capacity) *fixture {
 
 // start runs an intake on the fixture's client and agent; stop ends it.
 func (f *fixture) start() {
-	in, err := New(f.client, f.ra.Agent, Options{NodeName: "node-a", Mode: f.mode, Recorder: f.rec, Logger: quiet,
+	in, err := New(f.client, f.ra.Agent, Options{NodeName: "node-a", Recorder: f.rec, Logger: quiet, PolicyCheck: 50 * time.Millisecond, VerifyRetry: 20 * time.Millisecond,
 		RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond, Resync: time.Hour})
 	if err != nil {
 		f.t.Fatal(err)
@@ -95,6 +105,18 @@ func (f *fixture) start() {
 	done := make(chan struct{})
 	go func() { defer close(done); in.Run(ctx) }()
 	f.stop = func() { cancel(); <-done }
+	f.in = in
+}
+
+// synced waits until the intake has listed the pods (and so watches the
+// agent's intents).
+func (f *fixture) synced() {
+	f.t.Helper()
+	select {
+	case <-f.in.Ready():
+	case <-time.After(10 * time.Second):
+		f.t.Fatal("the intake is not ready after 10 s")
+	}
 }
 
 func cgroupOf(uid types.UID, ctr string) string {
@@ -169,7 +191,8 @@ func (f *fixture) waitFile(p *corev1.Pod, file, want string) {
 	})
 }
 
-// conditions renders the pod's resize conditions as "Type=Reason:Message".
+// conditions renders the pod's conditions of the agent's type and the
+// kubelet's resize types as "Type=Status/Reason:Message".
 func (f *fixture) conditions(name string) string {
 	p, err := f.client.CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -177,8 +200,8 @@ func (f *fixture) conditions(name string) string {
 	}
 	var parts []string
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodResizePending || c.Type == corev1.PodResizeInProgress {
-			parts = append(parts, fmt.Sprintf("%s=%s:%s", c.Type, c.Reason, c.Message))
+		if c.Type == ConditionType || c.Type == corev1.PodResizePending || c.Type == corev1.PodResizeInProgress {
+			parts = append(parts, fmt.Sprintf("%s=%s/%s:%s", c.Type, c.Status, c.Reason, c.Message))
 		}
 	}
 	return strings.Join(parts, ",")
@@ -210,47 +233,171 @@ func (f *fixture) ours() []intent.Intent {
 
 var burstable = corev1.ResourceRequirements{Requests: rl("cpu", "500m", "memory", "128Mi"), Limits: rl("cpu", "1", "memory", "256Mi")}
 
-func TestAnnotationResizeCompletesAndIsIdempotent(t *testing.T) {
-	f := newFixture(t, ModeAnnotation, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi})
+func (f *fixture) installPolicy() {
+	f.t.Helper()
+	ctx := context.Background()
+	fail := admissionv1.Fail
+	expr := "authorizer.group('').resource('pods').subresource('resize').namespace(object.metadata.namespace).name(object.metadata.name).check('patch').allowed() || '" + AnnotationResources + "' == ''"
+	if _, err := f.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: AnnotationPolicy},
+		Spec:       admissionv1.ValidatingAdmissionPolicySpec{FailurePolicy: &fail, Validations: []admissionv1.Validation{{Expression: expr}}},
+	}, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: AnnotationPolicy},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: AnnotationPolicy, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// kubelet plays the kubelet's part on pod name: it sets the status
+// conditions and resources, and writes the container's cgroup files as
+// runc would.
+func (f *fixture) kubelet(name string, mut func(*corev1.Pod)) {
+	f.t.Helper()
+	p, err := f.client.CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	mut(p)
+	if _, err := f.client.CoreV1().Pods("ns").UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) writeFile(p *corev1.Pod, file, value string) {
+	f.t.Helper()
+	if err := os.WriteFile(filepath.Join(f.ra.Root, cgroupOf(p.UID, "web"), file), []byte(value), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) intentState(uid string) string {
+	var last intent.Intent
+	for _, it := range f.ours() {
+		if it.Spec.Target.PodUID == uid {
+			last = it
+		}
+	}
+	return string(last.Status.State) + "/" + last.Status.Reason + ": " + last.Status.Message
+}
+
+func (f *fixture) waitIntent(uid string, prefix string) string {
+	f.t.Helper()
+	var got string
+	eventually(f.t, "intent of "+uid, func() string {
+		if got = f.intentState(uid); !strings.HasPrefix(got, prefix) {
+			return got
+		}
+		return ""
+	})
+	return got
+}
+
+// kubeletWrites lists the writes of the kubelet's resize conditions or the
+// kubelet's Event reasons by the intake: there must be none.
+func (f *fixture) kubeletWrites() []string {
+	var out []string
+	for _, a := range f.client.Actions() {
+		if pa, ok := a.(k8stesting.PatchAction); ok && pa.GetSubresource() == "status" {
+			var patch struct {
+				Status struct {
+					Conditions []struct {
+						Type corev1.PodConditionType `json:"type"`
+					} `json:"conditions"`
+				} `json:"status"`
+			}
+			if err := json.Unmarshal(pa.GetPatch(), &patch); err != nil {
+				out = append(out, err.Error())
+			}
+			for _, c := range patch.Status.Conditions {
+				if c.Type != ConditionType {
+					out = append(out, string(pa.GetPatch()))
+				}
+			}
+		}
+	}
+	for _, e := range f.rec.all() {
+		for _, r := range []string{"ResizeStarted", "ResizeCompleted", "ResizeDeferred", "ResizeInfeasible", "ResizeError"} {
+			if strings.Contains(e, " "+r+":") {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
+
+func (f *fixture) resizePatches() []string {
+	var out []string
+	for _, a := range f.client.Actions() {
+		if pa, ok := a.(k8stesting.PatchAction); ok && pa.GetSubresource() == "resize" {
+			out = append(out, string(pa.GetPatch()))
+		}
+	}
+	return out
+}
+
+// The whole course of an annotation resize: a pods/resize patch, the
+// kubelet's verdicts followed (Deferred, in progress), Completed only once
+// the status shows the resources and the cgroup files hold them; the
+// agent writes no cgroup file and none of the kubelet's conditions.
+func TestAnnotationBecomesPodsResize(t *testing.T) {
+	f := newFixture(t, true)
 	p := f.pod("a", burstable, "", true)
 	f.annotate("a", `{"web": {"limits": {"cpu": "2", "memory": "512Mi"}}}`)
-	f.waitFile(p, "cpu.max", "200000 100000")
-	f.waitFile(p, "memory.max", fmt.Sprint(512<<20))
-	f.waitFile(p, "cpu.weight", "59") // 500m -> 512 shares -> runc's weight
-	f.waitConditions("a", none)
+	eventually(t, "the pods/resize patch", func() string {
+		got, _ := f.client.CoreV1().Pods("ns").Get(context.Background(), "a", metav1.GetOptions{})
+		if l := got.Spec.Containers[0].Resources.Limits; l.Cpu().String() != "2" || l.Memory().String() != "512Mi" {
+			return fmt.Sprintf("spec limits %v; patches %q", l, f.resizePatches())
+		}
+		return ""
+	})
+	f.waitIntent("uid-a", "Proposed/Patched")
+	if got := f.ra.File(t, cgroupOf(p.UID, "web"), "cpu.max"); got != "max 100000" {
+		t.Errorf("the agent wrote cpu.max %q", got)
+	}
+	f.kubelet("a", func(p *corev1.Pod) {
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodResizePending, Status: corev1.ConditionTrue,
+			Reason: corev1.PodReasonDeferred, Message: "Node didn't have enough resource: cpu"})
+	})
+	f.waitIntent("uid-a", "Deferred/Deferred: kubelet: Node didn't have enough resource: cpu")
+	f.kubelet("a", func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue}}
+	})
+	f.waitIntent("uid-a", "InProgress/KubeletResizing")
+	want := corev1.ResourceRequirements{Requests: rl("cpu", "500m", "memory", "128Mi"), Limits: rl("cpu", "2", "memory", "512Mi")}
+	f.kubelet("a", func(p *corev1.Pod) {
+		p.Status.Conditions = nil
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "web", Resources: &want, AllocatedResources: want.Requests}}
+	})
+	// The status says done, the files do not hold it yet.
+	f.waitIntent("uid-a", "InProgress/CgroupNotVerified")
+	f.waitConditions("a", func(s string) bool { return strings.HasPrefix(s, ConditionType+"=False/CgroupNotVerified") })
+	f.writeFile(p, "cpu.max", "200000 100000")
+	f.writeFile(p, "memory.max", fmt.Sprint(512<<20))
+	f.writeFile(p, "cpu.weight", fmt.Sprint(cgroupWeight(500)))
+	f.waitIntent("uid-a", "Completed/Verified: actuated by the kubelet and verified")
+	f.waitConditions("a", func(s string) bool { return strings.HasPrefix(s, ConditionType+"=True/Verified") })
 	eventually(t, "event", func() string {
-		if e := f.rec.find("a spec.containers{web} Normal ResizeCompleted: container web:"); e == "" {
+		if f.rec.find("a", "Normal ResizeVerified") == "" {
 			return fmt.Sprint(f.rec.all())
 		}
 		return ""
 	})
-	its := f.ours()
-	if len(its) != 1 || its[0].Status.State != intent.Completed || its[0].Spec.Target.PodUID != "uid-a" {
-		t.Fatalf("intents %+v", its)
+	if w := f.kubeletWrites(); len(w) > 0 {
+		t.Errorf("the intake wrote the kubelet's conditions or reasons: %q", w)
 	}
-
-	// A restart of the intake (a re-list) submits the same intent again:
-	// nothing new, nothing written.
+	if n := len(f.resizePatches()); n != 1 {
+		t.Errorf("%d pods/resize patches, want 1: %q", n, f.resizePatches())
+	}
+	// A restart of the intake follows the same intent again.
 	f.stop()
-	updates := f.ra.Runtime.Updates()
 	f.start()
 	time.Sleep(300 * time.Millisecond)
-	if its := f.ours(); len(its) != 1 || f.ra.Runtime.Updates() != updates {
-		t.Errorf("after a re-list: %d intents, %d updates (was %d)", len(its), f.ra.Runtime.Updates(), updates)
-	}
-}
-
-func TestSameResourcesAgainAfterOthers(t *testing.T) {
-	f := newFixture(t, ModeAnnotation, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi})
-	p := f.pod("a", burstable, `{"web": {"limits": {"cpu": "2"}}}`, true)
-	f.waitFile(p, "cpu.max", "200000 100000")
-	f.annotate("a", `{"web": {"limits": {"cpu": "3"}}}`)
-	f.waitFile(p, "cpu.max", "300000 100000")
-	f.annotate("a", `{"web": {"limits": {"cpu": "2"}}}`)
-	f.waitFile(p, "cpu.max", "200000 100000")
-	its := f.ours()
-	if len(its) != 3 || !strings.HasSuffix(its[2].ID, ".1") || strings.TrimSuffix(its[2].ID, ".1") != its[0].ID {
-		t.Errorf("intents %v", ids(its))
+	if its := f.ours(); len(its) != 1 {
+		t.Errorf("after a re-list: %v", ids(its))
 	}
 }
 
@@ -262,127 +409,82 @@ func ids(its []intent.Intent) []string {
 	return out
 }
 
-func TestInfeasibleAndDeferred(t *testing.T) {
-	f := newFixture(t, ModeAnnotation, admission.Capacity{MilliCPU: 2000, Memory: 8 * gi})
-	big := f.pod("big", burstable, `{"web": {"requests": {"cpu": "64"}, "limits": {"cpu": "64"}}}`, true)
-	got := f.waitConditions("big", func(s string) bool {
-		return strings.HasPrefix(s, "PodResizePending=Infeasible:") && !strings.Contains(s, "PodResizeInProgress")
-	})
-	its := f.ours()
-	if len(its) != 1 || got != "PodResizePending=Infeasible:"+its[0].Status.Message || !strings.Contains(got, "requested 64") {
-		t.Errorf("condition %q, intents %+v", got, its)
-	}
-	eventually(t, "event", func() string {
-		if f.rec.find("big", "Warning ResizeInfeasible", its[0].Status.Message) == "" {
-			return fmt.Sprintf("no Warning event: %v", f.rec.all())
-		}
-		return ""
-	})
-	if got := f.ra.File(t, cgroupOf(big.UID, "web"), "cpu.max"); got != "max 100000" {
-		t.Errorf("an infeasible resize wrote cpu.max %s", got)
-	}
-
-	// x takes 1500m of the 2000m; y's 1000m fits the node but not now.
-	f.pod("x", burstable, `{"web": {"requests": {"cpu": "1500m"}, "limits": {"cpu": "2"}}}`, true)
-	f.waitConditions("x", none)
-	eventually(t, "x completed", func() string {
-		for _, it := range f.ours() {
-			if it.Spec.Target.PodUID == "uid-x" && it.Status.State == intent.Completed {
-				return ""
-			}
-		}
-		return fmt.Sprint(ids(f.ours()))
-	})
-	y := f.pod("y", burstable, `{"web": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}}`, true)
-	got = f.waitConditions("y", func(s string) bool {
-		return strings.HasPrefix(s, "PodResizePending=Deferred:") && !strings.Contains(s, "PodResizeInProgress")
-	})
-	if !strings.Contains(got, "free 500m") {
-		t.Errorf("deferred message %q", got)
-	}
-	eventually(t, "event", func() string {
-		if f.rec.find("y", "Warning ResizeDeferred") == "" {
-			return fmt.Sprintf("no Deferred event: %v", f.rec.all())
-		}
-		return ""
-	})
-	// x goes: its capacity frees and y's resize goes ahead.
-	if err := f.client.CoreV1().Pods("ns").Delete(context.Background(), "x", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFile(y, "cpu.max", "200000 100000")
-	f.waitConditions("y", none)
-	// The infeasible one stays as it was.
-	if got := f.conditions("big"); !strings.HasPrefix(got, "PodResizePending=Infeasible:") {
-		t.Errorf("big: %q", got)
-	}
-}
-
-func TestRefusedAnnotationThenFixed(t *testing.T) {
-	f := newFixture(t, ModeAnnotation, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi})
-	p := f.pod("a", burstable, `{"web": {"limits": {"cpu": "two"}}}`, true)
-	got := f.waitConditions("a", func(s string) bool {
-		return strings.HasPrefix(s, "PodResizeInProgress=Error:annotation "+AnnotationResources)
-	})
-	if e := f.rec.find("a", "Warning ResizeError", "annotation"); e == "" {
-		t.Errorf("no event for %q: %v", got, f.rec.all())
-	}
-	// The agent refuses a request above its limit.
-	f.annotate("a", `{"web": {"requests": {"cpu": "3"}}}`)
-	got = f.waitConditions("a", func(s string) bool { return strings.Contains(s, "must be less than or equal to cpu limit") })
-	if !strings.HasPrefix(got, "PodResizeInProgress=Error:") {
-		t.Errorf("conditions %q", got)
-	}
-	f.annotate("a", `{"web": {"requests": {"cpu": "750m"}}}`)
-	f.waitFile(p, "cpu.weight", fmt.Sprint(cgroupWeight(750)))
-	f.waitConditions("a", none)
-}
-
 func cgroupWeight(milli int64) uint64 {
 	r := intent.Resources{CPURequest: milli}
 	return *r.Cgroup(100000, true, false).CPUWeight
 }
 
-func TestWaitsForTheContainer(t *testing.T) {
-	f := newFixture(t, ModeAnnotation, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi})
-	p := f.pod("a", burstable, `{"web": {"limits": {"cpu": "2"}}}`, false)
-	time.Sleep(200 * time.Millisecond)
-	if its := f.ours(); len(its) != 0 {
-		t.Fatalf("intents before the container runs: %v", ids(its))
+// Without deploy's annotation policy anyone who may patch a pod could
+// resize it through the agent: no annotation is acted on, and the pod and
+// the log say why. Once the policy is in, the annotation goes through.
+func TestNoAnnotationWithoutThePolicy(t *testing.T) {
+	f := newFixture(t, false)
+	f.pod("a", burstable, `{"web": {"limits": {"cpu": "2"}}}`, true)
+	got := f.waitConditions("a", func(s string) bool { return strings.HasPrefix(s, ConditionType+"=False/Refused") })
+	if !strings.Contains(got, "ValidatingAdmissionPolicy "+AnnotationPolicy) {
+		t.Errorf("condition %q", got)
 	}
-	f.ra.AddContainer(t, string(p.UID), "web", cgroupOf(p.UID, "web"))
-	f.waitFile(p, "cpu.max", "200000 100000")
+	if p := f.resizePatches(); len(p) > 0 || len(f.ours()) > 0 {
+		t.Fatalf("acted without the policy: patches %q, intents %v", p, ids(f.ours()))
+	}
+	f.installPolicy()
+	f.waitIntent("uid-a", "Proposed/Patched")
+}
+
+// Quantities that would mean no limit, or wrap, are refused before any
+// patch.
+func TestNoLimitQuantitiesRefused(t *testing.T) {
+	f := newFixture(t, true)
+	for i, ann := range []string{
+		`{"web": {"limits": {"cpu": "0"}}}`,
+		`{"web": {"limits": {"memory": "0"}}}`,
+		`{"web": {"limits": {"memory": "1e18"}}}`,
+		`{"web": {"limits": {"cpu": "1e99"}}}`,
+		`{"web": {"requests": {"cpu": "-1"}}}`,
+		`{"web": {"limits": {"cpu": "1e18"}}}`,
+	} {
+		name := fmt.Sprintf("q%d", i)
+		f.pod(name, burstable, ann, true)
+		got := f.waitConditions(name, func(s string) bool { return strings.HasPrefix(s, ConditionType+"=False/Refused") })
+		if !strings.Contains(got, "no limit") && !strings.Contains(got, "negative") && !strings.Contains(got, "wrap") {
+			t.Errorf("%s: condition %q", ann, got)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if p := f.resizePatches(); len(p) > 0 {
+		t.Errorf("patched: %q", p)
+	}
+}
+
+// The kubelet's Infeasible and Error are passed on with its message.
+func TestKubeletInfeasibleAndError(t *testing.T) {
+	f := newFixture(t, true)
+	f.pod("a", burstable, `{"web": {"requests": {"cpu": "64"}, "limits": {"cpu": "64"}}}`, true)
+	f.waitIntent("uid-a", "Proposed/Patched")
+	f.kubelet("a", func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: corev1.PodReasonInfeasible, Message: "Node didn't have enough capacity: cpu, requested: 64000, capacity: 4000"}}
+	})
+	f.waitIntent("uid-a", "Infeasible/Infeasible: kubelet: Node didn't have enough capacity")
+	f.waitConditions("a", func(s string) bool { return strings.HasPrefix(s, ConditionType+"=False/KubeletRefused") })
+	f.kubelet("a", func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue, Reason: corev1.PodReasonError, Message: "runtime said no"}}
+	})
+	f.waitIntent("uid-a", "Failed/Error: kubelet: runtime said no")
+	if w := f.kubeletWrites(); len(w) > 0 {
+		t.Errorf("the intake wrote the kubelet's conditions or reasons: %q", w)
+	}
 }
 
 func TestOtherNodesPodsAreIgnored(t *testing.T) {
-	f := newFixture(t, ModeBoth, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi})
+	f := newFixture(t, true)
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "o", Namespace: "ns", UID: "uid-o",
 		Annotations: map[string]string{AnnotationResources: `{"web": {"limits": {"cpu": "2"}}}`}},
 		Spec: corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "web", Resources: burstable}}}}
-	f.ra.AddContainer(t, "uid-o", "web", cgroupOf("uid-o", "web"))
 	if _, err := f.client.CoreV1().Pods("ns").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if its := f.ours(); len(its) != 0 {
+	if its := f.ours(); len(its) != 0 || len(f.resizePatches()) != 0 {
 		t.Errorf("resized a pod of another node: %v", ids(its))
-	}
-}
-
-func TestSpecModeFollowsThePodSpec(t *testing.T) {
-	f := newFixture(t, ModeSpec, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi})
-	p := f.pod("a", burstable, `{"web": {"limits": {"cpu": "3"}}}`, true)
-	// The spec's values are applied, the annotation is not read.
-	f.waitFile(p, "cpu.max", "100000 100000")
-	f.waitFile(p, "memory.max", fmt.Sprint(256<<20))
-	f.update("a", func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: rl("cpu", "1", "memory", "128Mi"), Limits: rl("cpu", "2", "memory", "384Mi")}
-		p.Generation++
-	})
-	f.waitFile(p, "cpu.max", "200000 100000")
-	f.waitFile(p, "memory.max", fmt.Sprint(384<<20))
-	f.waitConditions("a", none)
-	if e := f.rec.find("a", "ResizeCompleted"); e == "" {
-		t.Errorf("events %v", f.rec.all())
 	}
 }

@@ -39,8 +39,9 @@ func (l *lockedBuffer) String() string {
 // Events, and a second bad annotation within the interval logs nothing more.
 func TestHugeAnnotationLogsOneLine(t *testing.T) {
 	var logs lockedBuffer
-	f := &fixture{t: t, client: fake.NewClientset(), ra: agenttest.NewRuntimeAgent(t, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}), rec: &recorder{}, mode: ModeAnnotation}
-	in, err := New(f.client, f.ra.Agent, Options{NodeName: "node-a", Mode: f.mode, Recorder: f.rec,
+	f := &fixture{t: t, client: fake.NewClientset(), ra: agenttest.NewRuntimeAgent(t, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}), rec: &recorder{}}
+	f.installPolicy()
+	in, err := New(f.client, f.ra.Agent, Options{NodeName: "node-a", Recorder: f.rec,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)), RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond, Resync: time.Hour})
 	if err != nil {
 		t.Fatal(err)

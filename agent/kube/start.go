@@ -22,9 +22,11 @@ type Config struct {
 	// NodeName is this node (the DaemonSet passes spec.nodeName through the
 	// downward API as $NODE_NAME).
 	NodeName string
-	// Intake is annotation, spec, both or off.
+	// Intake is annotation or off.
 	Intake string
-	Logger *slog.Logger
+	// Predictor foresees the kubelet's verdicts (predict.go); nil: none.
+	Predictor Predictor
+	Logger    *slog.Logger
 	// Companions run beside the intake, with its client, until it stops
 	// (the resize latency tracker, agent/kube/latency).
 	Companions []func(context.Context, kubernetes.Interface) error
@@ -91,8 +93,7 @@ func Start(ctx context.Context, c Config, a Agent) (stop func(), err error) {
 	}
 	// client-go logs through klog; send it to the daemon's logger.
 	klog.SetSlogLogger(log)
-	mode, _ := ParseMode(c.Intake)
-	in, err := New(client, a, Options{NodeName: c.NodeName, Mode: mode, Logger: log})
+	in, err := New(client, a, Options{NodeName: c.NodeName, Predictor: c.Predictor, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,9 @@ func TestConfig(t *testing.T) {
 		"in cluster":                 {Config{Intake: "annotation", NodeName: "n"}, true, true},
 		"off":                        {Config{Intake: "off", NodeName: "n"}, false, true},
 		"bad mode":                   {Config{Intake: "pods", NodeName: "n"}, false, false},
-		"kubeconfig, no node":        {Config{Intake: "spec", Kubeconfig: "/k"}, false, false},
+		"kubeconfig, no node":        {Config{Intake: "annotation", Kubeconfig: "/k"}, false, false},
+		"spec (removed)":             {Config{Intake: "spec", NodeName: "n"}, false, false},
+		"both (removed)":             {Config{Intake: "both", NodeName: "n"}, false, false},
 	} {
 		if got := tc.c.Enabled(); got != tc.enabled {
 			t.Errorf("%s: Enabled %v", name, got)

@@ -13,8 +13,34 @@ import (
 	"github.com/resizer/resize-agent/agent/intent"
 )
 
-// ownedConditions are the only pod conditions the agent writes.
-var ownedConditions = []corev1.PodConditionType{corev1.PodResizePending, corev1.PodResizeInProgress}
+// ownedConditions are the only pod conditions the agent writes: its own
+// type. The kubelet's PodResizePending and PodResizeInProgress are never
+// written (kubelet pkg/kubelet/types/pod_status.go PodConditionsByKubelet:
+// its status manager drops any it did not generate).
+var ownedConditions = []corev1.PodConditionType{ConditionType}
+
+// Reasons of the agent's own condition.
+const (
+	// CondVerified (status True): every container's resize was actuated by
+	// the kubelet and read back from its cgroup files by the agent.
+	CondVerified = "Verified"
+	// CondWaiting (False): the kubelet has not finished; its own conditions
+	// say where it stands.
+	CondWaiting = "WaitingForKubelet"
+	// CondRefused (False): the annotation was refused before any patch
+	// (malformed, a quantity meaning no limit, the annotation policy not in
+	// force).
+	CondRefused = "Refused"
+	// CondPatchRefused (False): the API server refused the pods/resize
+	// patch (RBAC, quota, LimitRange, PodResizeValidator).
+	CondPatchRefused = "PatchRefused"
+	// CondNotVerified (False): the kubelet reports the resources, the
+	// cgroup files hold something else.
+	CondNotVerified = "CgroupNotVerified"
+	// CondKubeletFailed (False): the kubelet reported an error, or said
+	// Infeasible.
+	CondKubeletFailed = "KubeletRefused"
+)
 
 // containerState is where one container's latest resize request stands.
 type containerState struct {
@@ -27,50 +53,58 @@ type containerState struct {
 	Refused bool
 }
 
-// desiredConditions derives the two resize conditions from the containers'
-// states, as the kubelet reports an in-place resize:
-//
-//   - PodResizePending, status True, reason Infeasible (it can never fit
-//     the node) or Deferred (not now; retried when capacity frees), message
-//     the agent's;
-//   - PodResizeInProgress, status True while an intent is accepted or being
-//     applied (no reason), and with reason Error and the agent's message
-//     when the intent ended Failed or the request was refused;
-//
-// and neither once every container's resize has completed (or there is
-// none). Infeasible wins over Deferred, Error over plain progress; with
-// several containers in the same condition, the message names each.
-func desiredConditions(states []containerState, generation int64) (pending, progress *corev1.PodCondition) {
+// desiredCondition derives the agent's own condition from the containers'
+// states: what only the agent knows (refusals before the patch, the API
+// server's refusal of the patch, the cgroup check), nil when there is
+// nothing to say. The first that applies, in this order: refused, patch
+// refused, kubelet failed or infeasible, not verified, waiting, verified.
+func desiredCondition(states []containerState, generation int64) *corev1.PodCondition {
+	if len(states) == 0 {
+		return nil
+	}
 	sort.Slice(states, func(i, j int) bool { return states[i].Container < states[j].Container })
-	var infeasible, deferred, failed, running []containerState
+	var refused, patch, kubelet, unverified, waiting []containerState
 	for _, s := range states {
 		switch {
-		case s.Refused || s.State == intent.Failed:
-			failed = append(failed, s)
-		case s.State == intent.Infeasible:
-			infeasible = append(infeasible, s)
-		case s.State == intent.Deferred:
-			deferred = append(deferred, s)
-		case s.State == intent.Proposed || s.State == intent.InProgress:
-			running = append(running, s)
+		case s.Refused:
+			refused = append(refused, s)
+		case s.Reason == ReasonPatchRefused:
+			patch = append(patch, s)
+		case s.State == intent.Failed || s.State == intent.Infeasible:
+			kubelet = append(kubelet, s)
+		case s.Reason == ReasonNotVerified:
+			unverified = append(unverified, s)
+		case s.State != intent.Completed && s.State != intent.Superseded:
+			waiting = append(waiting, s)
 		}
 	}
-	cond := func(t corev1.PodConditionType, reason string, ss []containerState) *corev1.PodCondition {
-		return &corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, Reason: reason, Message: joinMessages(ss), ObservedGeneration: generation}
+	cond := func(st corev1.ConditionStatus, reason string, ss []containerState) *corev1.PodCondition {
+		return &corev1.PodCondition{Type: ConditionType, Status: st, Reason: reason, Message: joinMessages(ss), ObservedGeneration: generation}
 	}
 	switch {
-	case len(infeasible) > 0:
-		pending = cond(corev1.PodResizePending, corev1.PodReasonInfeasible, infeasible)
-	case len(deferred) > 0:
-		pending = cond(corev1.PodResizePending, corev1.PodReasonDeferred, deferred)
+	case len(refused) > 0:
+		return cond(corev1.ConditionFalse, CondRefused, refused)
+	case len(patch) > 0:
+		return cond(corev1.ConditionFalse, CondPatchRefused, patch)
+	case len(kubelet) > 0:
+		return cond(corev1.ConditionFalse, CondKubeletFailed, kubelet)
+	case len(unverified) > 0:
+		return cond(corev1.ConditionFalse, CondNotVerified, unverified)
+	case len(waiting) > 0:
+		c := cond(corev1.ConditionFalse, CondWaiting, nil)
+		c.Message = "the kubelet has not finished the resize: see its PodResizePending and PodResizeInProgress conditions"
+		return c
 	}
-	switch {
-	case len(failed) > 0:
-		progress = cond(corev1.PodResizeInProgress, corev1.PodReasonError, failed)
-	case len(running) > 0:
-		progress = cond(corev1.PodResizeInProgress, "", nil)
+	var done []containerState
+	for _, s := range states {
+		if s.State == intent.Completed {
+			done = append(done, s)
+		}
 	}
-	return pending, progress
+	if len(done) == 0 {
+		return nil
+	}
+	return cond(corev1.ConditionTrue, CondVerified, done)
 }
 
 // joinMessages is the message of one container as the agent wrote it, or,
@@ -96,8 +130,8 @@ func truncate(s string, n int) string {
 	return s[:n-3] + "..."
 }
 
-// conditionPatch returns the patch that makes the pod's two resize
-// conditions what want says (a nil entry: the condition is removed), or nil
+// conditionPatch returns the patch that makes the agent's own condition
+// what want says (a nil entry: the condition is removed), or nil
 // when they already are. Conditions whose status does not change keep their
 // lastTransitionTime.
 //
@@ -112,7 +146,9 @@ func truncate(s string, n int) string {
 // it would either fail with conflicts or, forced, take the kubelet's fields
 // over; and the merge patch needs no managedFields bookkeeping, works
 // against any API server version with these conditions, and is the same
-// request the kubelet makes for pod status. metadata.uid is a
+// request the kubelet makes for pod status. deploy/base/nodescope.yaml
+// admits it only if it changes nothing but this condition type.
+// metadata.uid is a
 // precondition: a patch meant for a pod that was deleted and re-created
 // under the same name fails with a conflict instead of landing on the new
 // one. The patch does not carry a resourceVersion, so a concurrent writer
@@ -168,7 +204,7 @@ func findCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondit
 	return nil
 }
 
-// hasOwnedCondition reports whether the pod carries either resize condition.
+// hasOwnedCondition reports whether the pod carries the agent's condition.
 func hasOwnedCondition(pod *corev1.Pod) bool {
 	for _, t := range ownedConditions {
 		if findCondition(pod, t) != nil {

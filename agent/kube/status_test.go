@@ -14,41 +14,31 @@ import (
 	"github.com/resizer/resize-agent/agent/intent"
 )
 
-func TestDesiredConditions(t *testing.T) {
+func TestDesiredCondition(t *testing.T) {
 	for name, tc := range map[string]struct {
-		states            []containerState
-		pending, progress string // "reason:message", "" for none
+		states []containerState
+		want   string // "status/reason:message", "" for none
 	}{
-		"none":       {nil, "", ""},
-		"completed":  {[]containerState{{Container: "a", State: intent.Completed}, {Container: "b", State: intent.Superseded}}, "", ""},
-		"infeasible": {[]containerState{{Container: "a", State: intent.Infeasible, Message: "too big"}}, "Infeasible:too big", ""},
-		"deferred":   {[]containerState{{Container: "a", State: intent.Deferred, Message: "later"}}, "Deferred:later", ""},
-		"running":    {[]containerState{{Container: "a", State: intent.InProgress}}, "", ":"},
-		"failed":     {[]containerState{{Container: "a", State: intent.Failed, Message: "EINVAL"}}, "", "Error:EINVAL"},
-		"refused":    {[]containerState{{Container: "a", Refused: true, Message: "bad"}}, "", "Error:bad"},
-		"mixed": {[]containerState{
-			{Container: "b", State: intent.Deferred, Message: "later"},
-			{Container: "a", State: intent.Infeasible, Message: "too big"},
-			{Container: "c", State: intent.InProgress},
-		}, "Infeasible:too big", ":"},
-		"two failed": {[]containerState{{Container: "b", State: intent.Failed, Message: "x"}, {Container: "a", State: intent.Failed, Message: "y"}},
-			"", "Error:container a: y; container b: x"},
+		"none":       {nil, ""},
+		"verified":   {[]containerState{{Container: "a", State: intent.Completed, Reason: ReasonVerified, Message: "ok"}, {Container: "b", State: intent.Superseded}}, "True/Verified:ok"},
+		"waiting":    {[]containerState{{Container: "a", State: intent.Deferred, Message: "later"}}, "False/WaitingForKubelet:the kubelet has not finished the resize: see its PodResizePending and PodResizeInProgress conditions"},
+		"infeasible": {[]containerState{{Container: "a", State: intent.Infeasible, Message: "too big"}}, "False/KubeletRefused:too big"},
+		"refused":    {[]containerState{{Container: "a", Refused: true, Message: "bad"}, {Container: "b", State: intent.Failed, Message: "x"}}, "False/Refused:bad"},
+		"patch":      {[]containerState{{Container: "a", State: intent.Failed, Reason: ReasonPatchRefused, Message: "quota"}}, "False/PatchRefused:quota"},
+		"unverified": {[]containerState{{Container: "a", State: intent.InProgress, Reason: ReasonNotVerified, Message: "files"}}, "False/CgroupNotVerified:files"},
+		"two": {[]containerState{{Container: "b", State: intent.Failed, Message: "x"}, {Container: "a", State: intent.Failed, Message: "y"}},
+			"False/KubeletRefused:container a: y; container b: x"},
 	} {
-		p, g := desiredConditions(tc.states, 3)
-		str := func(c *corev1.PodCondition, typ corev1.PodConditionType) string {
-			if c == nil {
-				return ""
-			}
-			if c.Type != typ || c.Status != corev1.ConditionTrue || c.ObservedGeneration != 3 {
+		c := desiredCondition(tc.states, 3)
+		got := ""
+		if c != nil {
+			if c.Type != ConditionType || c.ObservedGeneration != 3 {
 				t.Errorf("%s: %+v", name, c)
 			}
-			return c.Reason + ":" + c.Message
+			got = string(c.Status) + "/" + c.Reason + ":" + c.Message
 		}
-		if got := str(p, corev1.PodResizePending); got != tc.pending {
-			t.Errorf("%s: pending %q, want %q", name, got, tc.pending)
-		}
-		if got := str(g, corev1.PodResizeInProgress); got != tc.progress {
-			t.Errorf("%s: in progress %q, want %q", name, got, tc.progress)
+		if got != tc.want {
+			t.Errorf("%s: %q, want %q", name, got, tc.want)
 		}
 	}
 }
@@ -63,9 +53,15 @@ func TestConditionPatchTouchesOnlyItsConditions(t *testing.T) {
 		{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue, LastTransitionTime: t0},
 		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: t0},
 	}}}
+	// The kubelet's conditions are not the agent's: asking for them does
+	// nothing.
+	if p := conditionPatch(pod, map[corev1.PodConditionType]*corev1.PodCondition{
+		corev1.PodResizePending: {Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: "Deferred"},
+	}, now, true); p != nil && strings.Contains(string(p), string(corev1.PodResizePending)) {
+		t.Errorf("patch of a kubelet condition: %s", p)
+	}
 	want := map[corev1.PodConditionType]*corev1.PodCondition{
-		corev1.PodResizePending:    {Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: "Deferred", Message: "later"},
-		corev1.PodResizeInProgress: {Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue, Reason: "Error", Message: "EINVAL"},
+		ConditionType: {Type: ConditionType, Status: corev1.ConditionFalse, Reason: "WaitingForKubelet", Message: "later"},
 	}
 	patch := conditionPatch(pod, want, now, true)
 	if !strings.Contains(string(patch), `"metadata":{"uid":"u1"}`) || strings.Contains(string(patch), "setElementOrder") {
@@ -86,20 +82,20 @@ func TestConditionPatchTouchesOnlyItsConditions(t *testing.T) {
 	if len(others) != 2 || !apiequality.Semantic.DeepEqual(others, []corev1.PodCondition{pod.Status.Conditions[0], pod.Status.Conditions[2]}) {
 		t.Errorf("other conditions changed: %+v", others)
 	}
-	if c := findCondition(got, corev1.PodResizeInProgress); c.Reason != "Error" || !c.LastTransitionTime.Equal(&t0) {
-		t.Errorf("in progress %+v: the status did not change, so its transition time must not", c)
+	if c := findCondition(got, corev1.PodResizeInProgress); c == nil || c.Reason != "" || !c.LastTransitionTime.Equal(&t0) {
+		t.Errorf("the kubelet's condition changed: %+v", c)
 	}
-	if c := findCondition(got, corev1.PodResizePending); c.Message != "later" || !c.LastTransitionTime.Time.Equal(now) {
-		t.Errorf("pending %+v", c)
+	if c := findCondition(got, ConditionType); c.Message != "later" || !c.LastTransitionTime.Time.Equal(now) {
+		t.Errorf("own %+v", c)
 	}
 	if conditionPatch(got, want, now, true) != nil {
 		t.Error("a second patch for the same conditions")
 	}
 
-	// Done: both go, the others stay.
+	// Nothing to say: it goes, the others stay.
 	patch = conditionPatch(got, map[corev1.PodConditionType]*corev1.PodCondition{}, now, true)
 	got = apply(t, got, patch)
-	if len(got.Status.Conditions) != 2 || !apiequality.Semantic.DeepEqual(got.Status.Conditions, []corev1.PodCondition{pod.Status.Conditions[0], pod.Status.Conditions[2]}) {
+	if len(got.Status.Conditions) != 3 || !apiequality.Semantic.DeepEqual(got.Status.Conditions, pod.Status.Conditions) {
 		t.Errorf("after removal: %+v (patch %s)", got.Status.Conditions, patch)
 	}
 	// Conditions the intake has no reason to think are its own stay.

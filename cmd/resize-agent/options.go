@@ -176,7 +176,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "text or json")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file for the Kubernetes intake (empty: in-cluster service account)")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's name, from $NODE_NAME unless given; the Kubernetes intake watches only its pods, and is off without it")
-	fs.StringVar(&o.KubeIntake, "kube-intake", o.KubeIntake, "where resize requests come from: annotation (resize.resizer.io/resources), spec (pod spec resources, for nodes whose kubelet does not resize), both, or off")
+	fs.StringVar(&o.KubeIntake, "kube-intake", o.KubeIntake, "Kubernetes intake: annotation (resize.resizer.io/resources becomes a pods/resize patch, once deploy/'s annotation policy is in force) or off")
 }
 
 // Load parses args: the config file first, then the flags set on the

@@ -117,6 +117,13 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	} else {
 		log.Warn("no state-dir: intents are not journaled, and those not done are lost when the agent stops")
 	}
+	if o.NodeName != "" {
+		// Kubernetes mode (a node name: a Kubernetes node, whether the
+		// intake runs or not): the kubelet owns the pods' resources; the
+		// local API does not change them (docs/kubernetes.md).
+		agentOpts = append(agentOpts, agent.WithKubeletOwnsPods())
+		log.Info("kubernetes mode: the local API refuses intents for Kubernetes pods; annotations become pods/resize patches")
+	}
 	a := agent.New(cg, admission.NewLedger(alloc), agentOpts...)
 	// Before the API serves: intents accepted before a crash come first.
 	if _, err := a.Recover(); err != nil {
