@@ -60,6 +60,9 @@ func checkAnnotationPolicy(ctx context.Context, c kubernetes.Interface) string {
 	for _, v := range p.Spec.Validations {
 		exprs.WriteString(v.Expression)
 	}
+	for _, v := range p.Spec.Variables {
+		exprs.WriteString(v.Expression)
+	}
 	for _, m := range policyMarker {
 		if !strings.Contains(exprs.String(), m) {
 			return fmt.Sprintf("ValidatingAdmissionPolicy %s: no validation checks %s%s", AnnotationPolicy, m, fix)

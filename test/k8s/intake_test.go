@@ -19,9 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 
-	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/agenttest"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/kube"
@@ -56,7 +54,7 @@ type env struct {
 	admin  kubernetes.Interface
 	node   string
 	ra     *agenttest.RuntimeAgent
-	mode   kube.Mode
+	client kubernetes.Interface // the agent's; cp.Agent() when nil
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -64,8 +62,12 @@ type env struct {
 // startIntake runs the intake as the agent's service account: the client
 // has only the agent's token, so the test proves deploy's RBAC is enough.
 func (e *env) startIntake() {
-	in, err := kube.New(e.cp.Agent(), e.ra.Agent, kube.Options{NodeName: e.node, Mode: e.mode, Logger: testLogger(e.t),
-		RetryBase: 100 * time.Millisecond, RetryMax: 2 * time.Second, Resync: time.Minute})
+	c := e.client
+	if c == nil {
+		c = e.cp.Agent()
+	}
+	in, err := kube.New(c, e.ra.Agent, kube.Options{NodeName: e.node, Logger: testLogger(e.t),
+		RetryBase: 100 * time.Millisecond, RetryMax: 2 * time.Second, Resync: time.Minute, PolicyCheck: time.Second})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -253,226 +255,6 @@ func (e *env) waitState(p *corev1.Pod, ctr string, st intent.State) intent.Inten
 		return ""
 	})
 	return it
-}
-
-func TestKubernetesIntake(t *testing.T) {
-	start := time.Now()
-	// client-go logs through klog: its warnings and errors (a watch cut by
-	// the API server's restart, an event retried) to stderr, not its chatter.
-	klog.SetSlogLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	cp := StartControlPlane(t)
-	t.Logf("control plane up in %s", time.Since(start).Round(time.Millisecond))
-	admin := cp.Admin()
-	ctx := context.Background()
-
-	// deploy's namespace, service account and RBAC, as kubectl would
-	// apply them: the agent's token is only what they grant.
-	for _, obj := range loadManifests(t, filepath.Join(repoRoot(t), "deploy", "base"), "namespace.yaml", "serviceaccount.yaml", "rbac.yaml") {
-		createObject(t, admin, obj)
-	}
-	for _, o := range []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: ns}}} {
-		if _, err := admin.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// No controller manager runs: make the "default" service account the
-	// ServiceAccount admission plugin wants for pods.
-	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The nodes, with what a kubelet would report as allocatable: the API
-	// server checks a resize of the spec against it. 8 CPUs, while each
-	// agent has only 4 to give: a spec resize can pass the API server and
-	// still be Infeasible for the agent.
-	for _, n := range []string{"node-a", "node-b"} {
-		node, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		node.Status.Capacity = rl("cpu", "8", "memory", "16Gi", "pods", "110")
-		node.Status.Allocatable = node.Status.Capacity
-		if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Run("rbac is least privilege", func(t *testing.T) { checkRBAC(t, cp) })
-
-	// The agent has 4 CPUs and 8Gi to give.
-	e := &env{t: t, cp: cp, admin: admin, node: "node-a", mode: kube.ModeAnnotation,
-		ra: agenttest.NewRuntimeAgent(t, admission.Capacity{MilliCPU: 4000, Memory: 8 << 30})}
-	e.startIntake()
-	p1 := e.pod("p1", burstable, true)
-
-	t.Run("annotation resize completes", func(t *testing.T) {
-		e.t = t
-		e.annotate(p1, `{"web": {"limits": {"cpu": "2", "memory": "256Mi"}}, "proxy": {"requests": {"cpu": "150m"}}}`)
-		e.waitFile(p1, "web", "cpu.max", "200000 100000")
-		e.waitFile(p1, "web", "memory.max", fmt.Sprint(256<<20))
-		e.waitFile(p1, "web", "cpu.weight", "59") // 500m -> 512 shares -> runc's weight
-		e.waitFile(p1, "proxy", "cpu.max", "20000 100000")
-		it := e.waitState(p1, "web", intent.Completed)
-		e.waitConditions(p1, "")
-		e.waitEvent(p1, corev1.EventTypeNormal, kube.EventResizeCompleted, it.Status.Message)
-		e.waitState(p1, "proxy", intent.Completed)
-		e.settled(p1)
-	})
-
-	t.Run("infeasible", func(t *testing.T) {
-		e.t = t
-		p2 := e.pod("p2", burstable, false)
-		e.annotate(p2, `{"web": {"requests": {"cpu": "64"}, "limits": {"cpu": "64"}}}`)
-		it := e.waitState(p2, "web", intent.Infeasible)
-		if !strings.Contains(it.Status.Message, "requested 64") {
-			t.Errorf("message %q", it.Status.Message)
-		}
-		e.waitConditions(p2, "PodResizePending=Infeasible:"+it.Status.Message)
-		e.waitEvent(p2, corev1.EventTypeWarning, kube.EventResizeInfeasible, it.Status.Message)
-		e.settled(p2)
-		if got := e.ra.File(t, cgroupOf(p2.UID, "web"), "cpu.max"); got != "max 100000" {
-			t.Errorf("an infeasible resize wrote cpu.max %q", got)
-		}
-	})
-
-	// Another client of the agent (resizectl, say) holds capacity with a
-	// container Kubernetes does not know: 2 CPUs. With p1's 500m and the
-	// sidecar's 150m, 1350m are free.
-	hog := e.ra.AddContainer(t, "not-a-pod", "hog", "/other/hog")
-	holdHog := func(t *testing.T, cpu string) {
-		t.Helper()
-		_, _, err := e.ra.Submit(intent.Spec{ID: "hog-" + cpu, Target: intent.Target{Name: "hog", PodUID: hog.PodUID},
-			Resources: corev1.ResourceRequirements{Requests: rl("cpu", cpu)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 10*time.Second, "hog", func() string {
-			if it, _ := e.ra.Get("hog-" + cpu); it.Status.State != intent.Completed {
-				return string(it.Status.State) + " " + it.Status.Message
-			}
-			return ""
-		})
-	}
-
-	t.Run("deferred until capacity frees", func(t *testing.T) {
-		e.t = t
-		holdHog(t, "2")
-		p3 := e.pod("p3", burstable, false)
-		e.annotate(p3, `{"web": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}}`)
-		e.waitState(p3, "web", intent.Completed) // 350m left
-		p4 := e.pod("p4", burstable, false)
-		e.annotate(p4, `{"web": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}}`)
-		it := e.waitState(p4, "web", intent.Deferred)
-		if !strings.Contains(it.Status.Message, "free 350m") {
-			t.Errorf("message %q", it.Status.Message)
-		}
-		e.waitConditions(p4, "PodResizePending=Deferred:"+it.Status.Message)
-		e.waitEvent(p4, corev1.EventTypeWarning, kube.EventResizeDeferred, it.Status.Message)
-		// p3 shrinks through its annotation: 800m free up, and p4 goes ahead.
-		e.annotate(p3, `{"web": {"requests": {"cpu": "200m"}, "limits": {"cpu": "2"}}}`)
-		e.waitFile(p4, "web", "cpu.max", "200000 100000")
-		e.waitState(p4, "web", intent.Completed)
-		e.waitConditions(p4, "")
-		e.waitConditions(p3, "")
-	})
-
-	t.Run("api server restart", func(t *testing.T) {
-		e.t = t
-		// 150m free: p5 is Deferred.
-		p5 := e.pod("p5", burstable, false)
-		e.annotate(p5, `{"web": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}}`)
-		it := e.waitState(p5, "web", intent.Deferred)
-		e.waitConditions(p5, "PodResizePending=Deferred:"+it.Status.Message)
-
-		down := time.Now()
-		cp.StopAPIServer()
-		// While the API server is down, capacity frees: p5's resize is done
-		// by the agent, and the intake cannot say so yet.
-		holdHog(t, "500m")
-		e.waitState(p5, "web", intent.Completed)
-		e.waitFile(p5, "web", "cpu.max", "200000 100000")
-		time.Sleep(2 * time.Second) // the status patch fails and is retried
-		cp.StartAPIServer()
-		t.Logf("API server down for %s", time.Since(down).Round(time.Millisecond))
-		// The pending status update lands once the API server is back ...
-		e.waitConditions(p5, "")
-		// ... and the informer has listed again: a new request goes through.
-		e.annotate(p1, `{"web": {"limits": {"cpu": "3", "memory": "256Mi"}}}`)
-		e.waitFile(p1, "web", "cpu.max", "300000 100000")
-		e.waitConditions(p1, "")
-		e.waitEvent(p1, corev1.EventTypeNormal, kube.EventResizeCompleted, e.waitState(p1, "web", intent.Completed).Status.Message)
-	})
-
-	t.Run("restart of the intake resubmits nothing", func(t *testing.T) {
-		e.t = t
-		before := len(e.ra.List(agentFilter(""), ""))
-		updates := e.ra.Runtime.Updates()
-		e.stopIntake()
-		e.startIntake()
-		time.Sleep(2 * time.Second)
-		if n := len(e.ra.List(agentFilter(""), "")); n != before || e.ra.Runtime.Updates() != updates {
-			t.Errorf("after the intake restarted: %d intents (was %d), %d runtime updates (was %d)", n, before, e.ra.Runtime.Updates(), updates)
-		}
-		e.waitConditions(p1, "")
-	})
-	e.stopIntake()
-
-	t.Run("the daemon's wiring: kube.Start with a kubeconfig", func(t *testing.T) {
-		d := &env{t: t, cp: cp, admin: admin, node: "node-a", mode: kube.ModeAnnotation,
-			ra: agenttest.NewRuntimeAgent(t, admission.Capacity{MilliCPU: 4000, Memory: 8 << 30})}
-		kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-		if err := os.WriteFile(kubeconfig, []byte(cp.Kubeconfig(cp.agentToken)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		// Start points klog at this logger too: stderr, which outlives the
-		// subtest (t.Log does not).
-		stderr := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		stop, err := kube.Start(context.Background(), kube.Config{Kubeconfig: kubeconfig, NodeName: "node-a", Intake: "annotation", Logger: stderr}, d.ra.Agent)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer stop()
-		d1 := d.pod("d1", burstable, false)
-		d.annotate(d1, `{"web": {"limits": {"memory": "96Mi"}}}`)
-		d.waitFile(d1, "web", "memory.max", fmt.Sprint(96<<20))
-		d.waitConditions(d1, "")
-	})
-
-	t.Run("spec mode through the resize subresource", func(t *testing.T) {
-		s := &env{t: t, cp: cp, admin: admin, node: "node-b", mode: kube.ModeSpec,
-			ra: agenttest.NewRuntimeAgent(t, admission.Capacity{MilliCPU: 4000, Memory: 8 << 30})}
-		s.startIntake()
-		s1 := s.pod("s1", burstable, false)
-		// The spec is the truth in this mode: the cgroup follows it at once.
-		s.waitFile(s1, "web", "cpu.max", "100000 100000")
-		s.waitFile(s1, "web", "memory.max", fmt.Sprint(128<<20))
-		resize := `{"spec":{"containers":[{"name":"web","resources":{"requests":{"cpu":"750m","memory":"64Mi"},"limits":{"cpu":"1500m","memory":"192Mi"}}}]}}`
-		got, err := admin.CoreV1().Pods(ns).Patch(context.Background(), s1.Name, types.StrategicMergePatchType, []byte(resize), metav1.PatchOptions{}, "resize")
-		if err != nil {
-			t.Fatalf("resize subresource: %v", err)
-		}
-		if got.Generation <= s1.Generation {
-			t.Errorf("generation %d after the resize (was %d)", got.Generation, s1.Generation)
-		}
-		s.waitFile(s1, "web", "cpu.max", "150000 100000")
-		s.waitFile(s1, "web", "memory.max", fmt.Sprint(192<<20))
-		it := s.waitState(s1, "web", intent.Completed)
-		s.waitConditions(s1, "")
-		s.waitEvent(s1, corev1.EventTypeNormal, kube.EventResizeCompleted, it.Status.Message)
-		// An infeasible spec resize is reported the same way.
-		resize = `{"spec":{"containers":[{"name":"web","resources":{"requests":{"cpu":"6"},"limits":{"cpu":"6"}}}]}}`
-		if _, err := admin.CoreV1().Pods(ns).Patch(context.Background(), s1.Name, types.StrategicMergePatchType, []byte(resize), metav1.PatchOptions{}, "resize"); err != nil {
-			t.Fatalf("resize subresource: %v", err)
-		}
-		it = s.waitState(s1, "web", intent.Infeasible)
-		s.waitConditions(s1, "PodResizePending=Infeasible:"+it.Status.Message)
-		// node-a's pods are not this intake's.
-		for _, it := range s.ra.List(agentFilter(""), "") {
-			if it.Spec.Target.PodUID != string(s1.UID) {
-				t.Errorf("node-b's agent got an intent for another pod: %s", it.ID)
-			}
-		}
-		s.stopIntake()
-	})
-	t.Logf("whole test: %s", time.Since(start).Round(time.Millisecond))
 }
 
 // checkRBAC: the agent's token can do what the intake needs and nothing
