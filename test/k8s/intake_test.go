@@ -228,7 +228,8 @@ func (e *env) waitEvent(p *corev1.Pod, typ, reason, msg string) corev1.Event {
 		}
 		return fmt.Sprintf("events so far: %q", seen)
 	})
-	if found.Source.Component != kube.ReportingController || found.Source.Host != e.node || !strings.HasPrefix(found.InvolvedObject.FieldPath, "spec.") {
+	// A refusal of the whole annotation names no container.
+	if found.Source.Component != kube.ReportingController || found.Source.Host != e.node || found.InvolvedObject.FieldPath != "" && !strings.HasPrefix(found.InvolvedObject.FieldPath, "spec.") {
 		e.t.Errorf("event %+v", found)
 	}
 	return found

@@ -321,6 +321,21 @@ func find[T k8sruntime.Object](t *testing.T, objs []k8sruntime.Object) T {
 	return zero
 }
 
+func findNamed[T interface {
+	k8sruntime.Object
+	GetName() string
+}](t *testing.T, objs []k8sruntime.Object, name string) T {
+	t.Helper()
+	var zero T
+	for _, o := range objs {
+		if v, ok := o.(T); ok && v.GetName() == name {
+			return v
+		}
+	}
+	t.Fatalf("no %T named %s among %d objects", zero, name, len(objs))
+	return zero
+}
+
 // daemonFlags runs the daemon's -h and returns its flags with their
 // defaults ("" when none is printed).
 func daemonFlags(t *testing.T) map[string]string {
@@ -466,14 +481,22 @@ func checkDeployment(t *testing.T, objs []k8sruntime.Object, flags map[string]st
 		`{"verbs":["get"],"apiGroups":[""],"resources":["nodes"]},` +
 		`{"verbs":["patch"],"apiGroups":[""],"resources":["pods/resize"]},` +
 		`{"verbs":["patch"],"apiGroups":[""],"resources":["pods/status"]},` +
-		`{"verbs":["create","patch"],"apiGroups":[""],"resources":["events"]}]`
+		`{"verbs":["create","patch"],"apiGroups":[""],"resources":["events"]},` +
+		`{"verbs":["get"],"apiGroups":["admissionregistration.k8s.io"],"resources":["validatingadmissionpolicies","validatingadmissionpolicybindings"],"resourceNames":["` + kube.AnnotationPolicy + `"]}]`
 	if string(got) != want {
 		t.Errorf("ClusterRole rules\n%s\nwant\n%s", got, want)
 	}
 	// Node scoping: the policy is bound, denies, and matches the service
 	// account the pods run as; its own condition type is the agent's.
-	vap := find[*admissionv1.ValidatingAdmissionPolicy](t, objs)
-	vapb := find[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs)
+	vap := findNamed[*admissionv1.ValidatingAdmissionPolicy](t, objs, "resize-agent-node-scope")
+	vapb := findNamed[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs, "resize-agent-node-scope")
+	// The annotation policy, named as the agent looks it up, bound, denying.
+	ap := findNamed[*admissionv1.ValidatingAdmissionPolicy](t, objs, kube.AnnotationPolicy)
+	apb := findNamed[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs, kube.AnnotationPolicy)
+	if apb.Spec.PolicyName != ap.Name || !slices.Equal(apb.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) ||
+		ap.Spec.FailurePolicy == nil || *ap.Spec.FailurePolicy != admissionv1.Fail || apb.Spec.MatchResources != nil {
+		t.Errorf("annotation policy %s, binding %+v", ap.Name, apb.Spec)
+	}
 	if vapb.Spec.PolicyName != vap.Name || !slices.Equal(vapb.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) ||
 		vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionv1.Fail {
 		t.Errorf("policy %s, binding %+v, failure policy %v", vap.Name, vapb.Spec, vap.Spec.FailurePolicy)

@@ -239,7 +239,7 @@ func checkPolicyCoversPodStatus(t *testing.T, cp *ControlPlane) {
 	}
 	var vap *admissionv1.ValidatingAdmissionPolicy
 	for _, o := range build(t, deployFS(t), "/deploy/base") {
-		if v, ok := o.(*admissionv1.ValidatingAdmissionPolicy); ok {
+		if v, ok := o.(*admissionv1.ValidatingAdmissionPolicy); ok && v.Name == policyName {
 			vap = v
 		}
 	}
