@@ -715,7 +715,9 @@ func (in *Intake) followVerdicts(ctx context.Context, pod *corev1.Pod, ps *podSt
 			continue
 		}
 		it, err := in.agent.Get(cs.id)
-		if err != nil || it.Status.State == intent.Superseded {
+		if err != nil || it.Status.State == intent.Superseded || it.Status.State == intent.Completed {
+			// Done with: a later change of the pod is another resize (or
+			// drift, which is not the intake's to judge).
 			continue
 		}
 		if spec, ok := specOf(pod, name); !ok || toResources(spec) != toResources(cs.want) {
