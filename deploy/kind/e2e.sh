@@ -115,18 +115,23 @@ no_resize_conditions() {
 	[[ -z $(k -n "$NS" get pod "$POD" -o jsonpath='{.status.conditions[?(@.type=="PodResizePending")].type}{.status.conditions[?(@.type=="PodResizeInProgress")].type}') ]]
 }
 wait_for "no PodResizePending / PodResizeInProgress condition (resize done)" no_resize_conditions
+# The kubelet actuates the agent's pods/resize patch; the agent reads the
+# cgroup files back and says so with its own Event reason.
 completed_event() {
-	k -n "$NS" get events --field-selector "involvedObject.name=$POD,reason=ResizeCompleted" -o name | grep -q .
+	k -n "$NS" get events --field-selector "involvedObject.name=$POD,reason=ResizeVerified" -o name | grep -q .
 }
-wait_for "a ResizeCompleted event on the pod" completed_event
+wait_for "a ResizeVerified event on the pod (the agent read the kubelet's resize back)" completed_event
 echo "after: cpu.max=$(cgfile cpu.max) cpu.weight=$(cgfile cpu.weight)"
 
 say "a resize that can never fit: a 4096-CPU request"
 k -n "$NS" annotate pod "$POD" --overwrite "$ANN={\"app\": {\"requests\": {\"cpu\": \"4096\"}, \"limits\": {\"cpu\": \"4096\"}}}"
+# The kubelet says Infeasible; from 1.36 the API server's
+# PodResizeValidator refuses the agent's patch before (ResizeRefused).
 infeasible() {
-	[[ $(k -n "$NS" get pod "$POD" -o jsonpath='{.status.conditions[?(@.type=="PodResizePending")].reason}') == Infeasible ]]
+	[[ $(k -n "$NS" get pod "$POD" -o jsonpath='{.status.conditions[?(@.type=="PodResizePending")].reason}') == Infeasible ]] ||
+		k -n "$NS" get events --field-selector "involvedObject.name=$POD,reason=ResizeRefused" -o name | grep -q .
 }
-wait_for "PodResizePending=True reason Infeasible" infeasible
+wait_for "PodResizePending=True reason Infeasible, or the patch refused" infeasible
 echo "message: $(k -n "$NS" get pod "$POD" -o jsonpath='{.status.conditions[?(@.type=="PodResizePending")].message}')"
 cpu_is "25000 100000" || die "an infeasible resize changed cpu.max to $(cgfile cpu.max)"
 k -n "$NS" get events --field-selector "involvedObject.name=$POD" \
