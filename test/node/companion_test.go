@@ -114,6 +114,42 @@ func TestCompanion(t *testing.T) {
 		}
 	})
 
+	// A crash after a resize: the kubelet starts the next attempt from the
+	// resized spec (issue 15, finding 5: no path may drop what was asked).
+	t.Run("CrashKeepsTheResize", func(t *testing.T) {
+		before, err := c.cs.CoreV1().Pods(testNS).Get(ctx, "annotated", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := before.Status.ContainerStatuses[0]
+		c.try("-n", testNS, "exec", "annotated", "--", "kill", "1") // PID 1 traps TERM and exits
+		var after *corev1.Pod
+		poll(t, "the container's next attempt Ready", 500*time.Millisecond, func() (bool, error) {
+			p, err := c.cs.CoreV1().Pods(testNS).Get(ctx, "annotated", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			cs := p.Status.ContainerStatuses[0]
+			if cs.RestartCount != old.RestartCount+1 || cs.ContainerID == old.ContainerID || !podReady(p) {
+				return false, fmt.Errorf("restarts %d, ready %v", cs.RestartCount, podReady(p))
+			}
+			after = p
+			return true, nil
+		})
+		for file, want := range map[string]string{"cpu.max": "80000 100000", "memory.max": "100663296"} {
+			if out := c.k(t, "-n", testNS, "exec", "annotated", "--", "cat", "/sys/fs/cgroup/"+file); strings.TrimSpace(out) != want {
+				t.Errorf("%s of the next attempt %q, want %q: the resize was dropped", file, strings.TrimSpace(out), want)
+			}
+		}
+		if r := after.Status.ContainerStatuses[0].Resources; r == nil || r.Limits.Cpu().String() != "800m" || r.Limits.Memory().String() != "96Mi" {
+			t.Errorf("status resources after the crash: %+v", r)
+		}
+		if it := waitIntent(t, c, after, "Completed"); it.Status.Reason != "Verified" {
+			t.Errorf("intent after the crash: %+v", it.Status)
+		}
+		checkManagers(t, after)
+	})
+
 	t.Run("RestartContainerByTheKubelet", func(t *testing.T) {
 		pod := companionPod(t, c, node, "restarting", corev1.RestartContainer)
 		t0 := time.Now()
