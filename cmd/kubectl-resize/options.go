@@ -72,7 +72,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs := pflag.NewFlagSet("kubectl resize", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage+fs.FlagUsages()) }
-	o := &options{poll: 250 * time.Millisecond, config: genericclioptions.NewConfigFlags(true)}
+	o := &options{config: genericclioptions.NewConfigFlags(true)}
 	o.config.AddFlags(fs)
 	fs.StringVarP(&o.container, "container", "c", "", "the container to resize (default: the only one, or the pod's kubectl.kubernetes.io/default-container)")
 	vals := map[string]*string{}

@@ -62,6 +62,11 @@ type result struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, mk clientFunc) int {
+	return runWith(ctx, args, stdout, stderr, mk, 250*time.Millisecond)
+}
+
+// runWith is run with the interval between reads of the pod.
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, mk clientFunc, poll time.Duration) int {
 	o, err := parseOptions(args, stderr)
 	if errors.Is(err, pflag.ErrHelp) {
 		return exitOK
@@ -70,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, mk client
 		fmt.Fprintln(stderr, "kubectl resize:", safe(err.Error()))
 		return exitUsage
 	}
+	o.poll = poll
 	c, ns, err := mk(o.config, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "kubectl resize:", safe(err.Error()))
