@@ -11,6 +11,8 @@ VM_PAYLOAD := $(BIN)/vm-payload
 
 all: build
 
+# bin/resize-agent, bin/resizectl and bin/kubectl-resize (the kubectl
+# plugin: docs/kubectl-resize.md), every command under cmd/.
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 go build -trimpath -o $(BIN)/ ./cmd/...
