@@ -168,7 +168,7 @@ func TestResizePatch(t *testing.T) {
 	if want := `{"spec":{"initContainers":[{"name":"proxy","resources":{"limits":{"cpu":"300m"}}}]}}`; string(patch) != want {
 		t.Errorf("sidecar patch %s, want %s", patch, want)
 	}
-	withID, _ := withUID(patch, "u-1")
+	withID := withUID(patch, "u-1")
 	if want := `{"metadata":{"uid":"u-1"},"spec":{"initContainers":[{"name":"proxy","resources":{"limits":{"cpu":"300m"}}}]}}`; string(withID) != want {
 		t.Errorf("with the UID: %s", withID)
 	}

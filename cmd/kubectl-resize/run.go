@@ -132,10 +132,7 @@ func resize(ctx context.Context, c kubernetes.Interface, ns string, o *options) 
 	start := time.Now()
 	// Preconditioned on the UID read: a pod deleted and made again under
 	// the same name is not resized with values meant for the old one.
-	patch, err = withUID(patch, p.UID)
-	if err != nil {
-		return result{}, err
-	}
+	patch = withUID(patch, p.UID)
 	got, err := pods.Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "kubectl-resize"}, "resize")
 	if err != nil {
 		var st apierrors.APIStatus
@@ -175,10 +172,10 @@ func resize(ctx context.Context, c kubernetes.Interface, ns string, o *options) 
 	return res, nil
 }
 
-func withUID(patch []byte, uid types.UID) ([]byte, error) {
-	// {"spec":...} -> {"metadata":{"uid":...},"spec":...}: a strategic
-	// merge with metadata.uid fails with a conflict when the UID differs.
-	return append([]byte(fmt.Sprintf(`{"metadata":{"uid":%q},`, uid)), patch[1:]...), nil
+// withUID turns {"spec":...} into {"metadata":{"uid":...},"spec":...}: the
+// API server refuses a patch whose metadata.uid is not the pod's.
+func withUID(patch []byte, uid types.UID) []byte {
+	return append([]byte(fmt.Sprintf(`{"metadata":{"uid":%q},`, uid)), patch[1:]...)
 }
 
 func findContainer(p *corev1.Pod, t target) *corev1.Container {

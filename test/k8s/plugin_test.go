@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -281,6 +282,19 @@ func TestKubectlResizePlugin(t *testing.T) {
 		if r := runPlugin(t, bin, resizer, "web", "--memory-limit", "128Mi", "--wait=false"); r.code != 0 {
 			t.Errorf("within the quota: exit %d, %s", r.code, r.stderr)
 		}
+	})
+
+	// The plugin's patch names the UID it read: a pod made again under the
+	// same name in between is not resized with values meant for the old.
+	t.Run("a patch for another pod's UID is refused", func(t *testing.T) {
+		before := spec()
+		patch := `{"metadata":{"uid":"00000000-0000-0000-0000-000000000001"},"spec":{"containers":[{"name":"app","resources":{"limits":{"cpu":"900m"}}}]}}`
+		_, err := admin.CoreV1().Pods(pluginNS).Patch(ctx, "web", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize")
+		if err == nil {
+			t.Fatal("the API server took a resize patch with another UID")
+		}
+		t.Logf("refused: %v", err)
+		unchanged(before)
 	})
 
 	t.Run("bad input sends nothing", func(t *testing.T) {
