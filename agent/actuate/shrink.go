@@ -135,7 +135,7 @@ func (j *job) shrink(ms memoryShrinker, levels []*level) Result {
 	var done []*shrinkReport
 	var out Result
 	for _, l := range levels {
-		rep := j.reclaimTo(ms, l.path, *l.want.MemoryMax, deadline)
+		rep := reclaimTo(j.ctx, ms, j.x.Cgroups.PageSize(), l.path, *l.want.MemoryMax, 0, deadline)
 		done = append(done, rep)
 		if rep.err != nil {
 			out = failed(intent.ReasonMemoryBelowUsage, "%s", rep.failure())
@@ -179,11 +179,18 @@ func (j *job) shrink(ms memoryShrinker, levels []*level) Result {
 	return out
 }
 
-// reclaimTo lowers memory.high of path to target (never raising it) and
-// asks the kernel to reclaim until memory.current is a little under target,
-// until deadline, until usage stops falling, or until the cgroup is stalled
-// on memory too much. It leaves memory.high lowered; shrink restores it.
-func (j *job) reclaimTo(ms memoryShrinker, path string, target int64, deadline time.Time) *shrinkReport {
+// shrinkGoal is where a shrink to target aims: under the limit by a margin,
+// so that memory.max can be written (or the kubelet's check of usage
+// against it pass) without the kernel reclaiming, or OOM-killing, for the
+// last pages charged meanwhile.
+func shrinkGoal(target, page int64) int64 { return target - max(target/100, 64*page) }
+
+// reclaimTo lowers memory.high of path to hold (target when 0; never
+// raising it) and asks the kernel to reclaim until memory.current is a
+// little under target, until deadline, until usage stops falling, or until
+// the cgroup is stalled on memory too much. It leaves memory.high lowered;
+// the caller restores it.
+func reclaimTo(ctx context.Context, ms memoryShrinker, page int64, path string, target, hold int64, deadline time.Time) *shrinkReport {
 	rep := &shrinkReport{path: path, target: target}
 	start := time.Now()
 	defer func() { rep.took = time.Since(start) }()
@@ -193,12 +200,11 @@ func (j *job) reclaimTo(ms memoryShrinker, path string, target int64, deadline t
 		return rep
 	}
 	rep.after, rep.oldHigh = rep.before, rep.before.High
-	// Aim under the limit by a margin, so that memory.max can be written
-	// without the kernel reclaiming (or OOM-killing) for the last pages
-	// charged meanwhile.
-	page := j.x.Cgroups.PageSize()
-	goal := target - max(target/100, 64*page)
+	goal := shrinkGoal(target, page)
 	high := target
+	if hold > 0 {
+		high = hold
+	}
 	if rep.oldHigh != cgroup.Unlimited && rep.oldHigh < high {
 		high = rep.oldHigh
 	}
@@ -236,11 +242,11 @@ func (j *job) reclaimTo(ms memoryShrinker, path string, target int64, deadline t
 			rep.err = fmt.Errorf("usage did not come down within the %s timeout", round(time.Since(start)))
 			return rep
 		}
-		if j.ctx.Err() != nil {
+		if ctx.Err() != nil {
 			// Give up rather than outlive the caller (the agent shutting
 			// down): memory.high is restored on the way out, not left
 			// lowered.
-			rep.err = context.Cause(j.ctx)
+			rep.err = context.Cause(ctx)
 			return rep
 		}
 		rep.rounds++
