@@ -10,6 +10,7 @@ import (
 
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/spec"
 )
 
 // A memory limit below a cgroup's usage is reached in steps rather than by
@@ -110,6 +111,7 @@ type shrinkReport struct {
 	path          string
 	target        int64 // the new memory.max
 	oldHigh       int64 // memory.high before, restored after
+	high          int64 // memory.high as lowered
 	highSet       bool  // memory.high was lowered
 	before, after cgroup.Memory
 	took          time.Duration
@@ -158,6 +160,12 @@ func (j *job) shrink(ms memoryShrinker, levels []*level) Result {
 	}
 	for _, rep := range slices.Backward(done) {
 		if !rep.highSet {
+			continue
+		}
+		// An update through the runtime sets the kubelet's MemoryQoS
+		// memory.high for the new limit (runtimeResources): that one stands.
+		if m, err := ms.ReadMemory(rep.path); err == nil && m.High != spec.PageAlign(rep.high, j.x.Cgroups.PageSize()) {
+			restored = append(restored, fmt.Sprintf("memory.high of %s left at %s as the runtime set it", rep.path, maxText(m.High)))
 			continue
 		}
 		if err := ms.SetMemoryHigh(rep.path, rep.oldHigh); err != nil {
@@ -214,7 +222,7 @@ func reclaimTo(ctx context.Context, ms memoryShrinker, page int64, path string, 
 			rep.err = fmt.Errorf("lowering memory.high: %w", err)
 			return rep
 		}
-		rep.highSet = true
+		rep.high, rep.highSet = high, true
 	}
 	best, stuck := rep.before.Current, 0
 	for {
@@ -302,21 +310,20 @@ func maxText(v int64) string {
 	return intent.FormatMemory(v)
 }
 
-// ReleaseMemoryHigh puts memory.high of path back to max, and says what it
-// was (max when there was nothing to do). The agent sets memory.high only
-// while it shrinks memory, and restores it after; a crash in between would
-// leave the cgroup throttled at the old target, and a shrink run again
-// would take that lowered value for the one to restore. The kubelet leaves
-// memory.high alone (unless its alpha MemoryQoS gate is on), so max is what
-// was there.
-func (x *Actuator) ReleaseMemoryHigh(path string) (int64, error) {
+// ReleaseMemoryHigh puts memory.high of path back to to (cgroup.Unlimited,
+// or the kubelet's MemoryQoS value as the runtime records it), and says
+// what it was (to when there was nothing to do). The agent sets memory.high
+// only while it shrinks memory, and restores it after; a crash in between
+// would leave the cgroup throttled at the old target, and a shrink run
+// again would take that lowered value for the one to restore.
+func (x *Actuator) ReleaseMemoryHigh(path string, to int64) (int64, error) {
 	ms, ok := x.Cgroups.(memoryShrinker)
 	if !ok {
-		return cgroup.Unlimited, nil
+		return to, nil
 	}
 	m, err := ms.ReadMemory(path)
-	if err != nil || m.High == cgroup.Unlimited {
-		return cgroup.Unlimited, nil
+	if err != nil || m.High == to {
+		return to, nil
 	}
-	return m.High, ms.SetMemoryHigh(path, cgroup.Unlimited)
+	return m.High, ms.SetMemoryHigh(path, to)
 }
