@@ -216,43 +216,72 @@ type Decrease struct {
 }
 
 // Pending lists p's memory limit decreases the kubelet has not carried out
-// yet, the pod's own first. Only running pods with a status reporting the
+// yet: its containers', then the pod's (whose usage holds theirs, so that
+// reclaiming for them first may be all it takes). Only running pods with a status reporting the
 // limits are judged.
 func Pending(p *corev1.Pod) []Decrease {
 	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 		return nil
 	}
+	desired, actuated := limits(p)
 	var out []Decrease
+	for i := range p.Spec.Containers {
+		name := p.Spec.Containers[i].Name
+		if d, a := desired[name], actuated[name]; d > 0 && a > d {
+			out = append(out, Decrease{Container: name, Desired: d, Actuated: a})
+		}
+	}
+	if d, a := desired[""], actuated[""]; d > 0 && a > d {
+		out = append(out, Decrease{Desired: d, Actuated: a})
+	}
+	return out
+}
+
+// limits are the memory limits p's spec asks for (desired) and its status
+// reports (actuated), by running container and, under "", for the pod
+// cgroup. The pod's is its own with pod-level resources; otherwise, as the
+// kubelet's validateMemoryResizeAction judges it, the sum of its
+// containers' limits and the pod overhead when every container has one
+// (the pod cgroup's memory.max, pkg/kubelet/cm/helpers_linux.go
+// ResourceConfigForPod): lowering a container's limit lowers the pod's,
+// and the kubelet refuses that too while the pod's usage (the pause
+// container's included) is not under it. Restartable init containers
+// (sidecars) are left out.
+func limits(p *corev1.Pod) (desired, actuated map[string]int64) {
 	limit := func(rr *corev1.ResourceRequirements) int64 {
 		if rr == nil {
 			return 0
 		}
-		if q, ok := rr.Limits[corev1.ResourceMemory]; ok {
-			return q.Value()
-		}
-		return 0
+		q := rr.Limits[corev1.ResourceMemory]
+		return q.Value()
 	}
-	if p.Spec.Resources != nil {
-		if d, a := limit(p.Spec.Resources), limit(p.Status.Resources); d > 0 && a > d {
-			out = append(out, Decrease{Desired: d, Actuated: a})
-		}
-	}
+	desired, actuated = map[string]int64{}, map[string]int64{}
 	status := map[string]*corev1.ContainerStatus{}
 	for i := range p.Status.ContainerStatuses {
 		cs := &p.Status.ContainerStatuses[i]
 		status[cs.Name] = cs
 	}
+	var dSum, aSum int64
+	all := len(p.Spec.Containers) > 0
 	for i := range p.Spec.Containers {
 		c := &p.Spec.Containers[i]
-		cs := status[c.Name]
-		if cs == nil || cs.State.Running == nil {
-			continue
+		d, a := limit(&c.Resources), int64(0)
+		if cs := status[c.Name]; cs != nil && cs.State.Running != nil {
+			a = limit(cs.Resources)
+			desired[c.Name], actuated[c.Name] = d, a
 		}
-		if d, a := limit(&c.Resources), limit(cs.Resources); d > 0 && a > d {
-			out = append(out, Decrease{Container: c.Name, Desired: d, Actuated: a})
+		if d == 0 || a == 0 {
+			all = false
 		}
+		dSum, aSum = dSum+d, aSum+a
 	}
-	return out
+	if p.Spec.Resources != nil && limit(p.Spec.Resources) > 0 {
+		desired[""], actuated[""] = limit(p.Spec.Resources), limit(p.Status.Resources)
+	} else if all {
+		over := p.Spec.Overhead[corev1.ResourceMemory]
+		desired[""], actuated[""] = dSum+over.Value(), aSum+over.Value()
+	}
+	return desired, actuated
 }
 
 func (r *Reclaimer) sync(ctx context.Context, key string) error {
@@ -264,9 +293,11 @@ func (r *Reclaimer) sync(ctx context.Context, key string) error {
 	if exists {
 		pod = obj.(*corev1.Pod)
 	}
+	var decs []Decrease
 	pending := map[string]Decrease{}
 	if pod != nil {
-		for _, d := range Pending(pod) {
+		decs = Pending(pod)
+		for _, d := range decs {
 			pending[d.Container] = d
 		}
 	}
@@ -299,17 +330,29 @@ func (r *Reclaimer) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	var errs []error
-	for target, d := range pending {
+	containerFailed := false
+	for _, d := range decs {
+		target := d.Container
 		r.mu.Lock()
 		_, isHeld := r.held[key][target]
 		failed, gave := r.gaveUp[string(pod.UID)+"/"+target]
 		r.mu.Unlock()
-		if isHeld || (gave && failed == d.Desired) {
+		if gave && failed == d.Desired && target != "" {
+			containerFailed = true
+		}
+		// The pod's usage holds its containers': when theirs will not come
+		// down, the pod's will not either, and one message says so.
+		if isHeld || (gave && failed == d.Desired) || (target == "" && containerFailed) {
 			continue
 		}
 		if err := r.reclaim(ctx, key, pod, d); err != nil {
 			errs = append(errs, err)
 		}
+		r.mu.Lock()
+		if failed, gave := r.gaveUp[string(pod.UID)+"/"+target]; gave && failed == d.Desired && target != "" {
+			containerFailed = true
+		}
+		r.mu.Unlock()
 	}
 	r.mu.Lock()
 	n := len(r.held[key])
@@ -322,21 +365,8 @@ func (r *Reclaimer) sync(ctx context.Context, key string) error {
 
 // actuatedLimit is the memory limit p's status reports for target.
 func actuatedLimit(p *corev1.Pod, target string) int64 {
-	var rr *corev1.ResourceRequirements
-	if target == "" {
-		rr = p.Status.Resources
-	} else {
-		for i := range p.Status.ContainerStatuses {
-			if p.Status.ContainerStatuses[i].Name == target {
-				rr = p.Status.ContainerStatuses[i].Resources
-			}
-		}
-	}
-	if rr == nil {
-		return 0
-	}
-	q := rr.Limits[corev1.ResourceMemory]
-	return q.Value()
+	_, a := limits(p)
+	return a[target]
 }
 
 func what(pod *corev1.Pod, target string) string {

@@ -32,8 +32,15 @@ func pod(specLimit, statusLimit string) *corev1.Pod {
 
 func TestPending(t *testing.T) {
 	p := pod("48Mi", "160Mi")
-	if got := Pending(p); len(got) != 1 || got[0] != (Decrease{Container: "app", Desired: 48 * mi, Actuated: 160 * mi}) {
+	// The container's, then the pod cgroup's (the sum of its containers').
+	if got := Pending(p); len(got) != 2 || got[0] != (Decrease{Container: "app", Desired: 48 * mi, Actuated: 160 * mi}) ||
+		got[1] != (Decrease{Desired: 48 * mi, Actuated: 160 * mi}) {
 		t.Errorf("decrease: %+v", got)
+	}
+	two := pod("48Mi", "160Mi")
+	two.Spec.Containers = append(two.Spec.Containers, corev1.Container{Name: "side"})
+	if got := Pending(two); len(got) != 1 || got[0].Container != "app" {
+		t.Errorf("a container without a limit leaves the pod cgroup unlimited: %+v", got)
 	}
 	if got := Pending(pod("160Mi", "48Mi")); len(got) != 0 {
 		t.Errorf("an increase is not the reclaimer's: %+v", got)
@@ -48,7 +55,7 @@ func TestPending(t *testing.T) {
 	pl := pod("48Mi", "48Mi")
 	pl.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}}
 	pl.Status.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}}
-	if got := Pending(pl); len(got) != 1 || got[0].Container != "" || got[0].Desired != 64*mi {
+	if got := Pending(pl); len(got) != 1 || got[0].Container != "" || got[0].Desired != 64*mi || got[0].Actuated != 128*mi {
 		t.Errorf("pod-level decrease: %+v", got)
 	}
 }
@@ -142,7 +149,8 @@ func TestHoldUntilTheKubeletApplies(t *testing.T) {
 			continue
 		}
 		m := c.now()
-		if len(evs) != 1 || !strings.Contains(evs[0], "Normal "+EventMemoryReclaimed) || m.High >= 48*mi || m.Current >= 48*mi {
+		// One cgroup stands for both the container's and the pod's here.
+		if len(evs) == 0 || !strings.Contains(evs[0], "Normal "+EventMemoryReclaimed) || !strings.Contains(evs[0], "container app") || m.High >= 48*mi || m.Current >= 48*mi {
 			t.Fatalf("events %q, memory %+v", evs, m)
 		}
 		// The kubelet applies it: memory.max, then the status.
