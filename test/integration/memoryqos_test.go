@@ -10,6 +10,7 @@ import (
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+	"github.com/resizer/resize-agent/cri"
 )
 
 // TestCRIMemoryQoSHigh: a container created the way the kubelet creates
@@ -59,4 +60,20 @@ func TestCRIMemoryQoSHigh(t *testing.T) {
 		}
 	}
 	e.sameContainer(t, qos)
+
+	// Before: an update without memory.high, as the agent sent it, leaves
+	// the raised memory.max throttled at the old memory.high.
+	old := e.runContainer(t, p, "old", &runtimeapi.LinuxContainerResources{
+		CpuPeriod: 100000, CpuShares: 102, MemoryLimitInBytes: 256 * mi,
+		Unified: map[string]string{"memory.min": "0", "memory.low": "0", "memory.high": strconv.FormatInt(high(128*mi, 256*mi), 10)},
+	}, "/bin/busybox", "sh", "-c", "trap exit TERM; while :; do sleep 1; done")
+	if err := e.CRI.Update(context.Background(), old.ID, cri.Resources{MemoryLimit: 512 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	ocg := e.cgroupOf(t, old)
+	t.Logf("an update without memory.high: memory.max %s, memory.high %s",
+		cgrouptest.ReadFile(t, e.mnt, ocg, "memory.max"), cgrouptest.ReadFile(t, e.mnt, ocg, "memory.high"))
+	if got := cgrouptest.ReadFile(t, e.mnt, ocg, "memory.high"); got != strconv.FormatInt(high(128*mi, 256*mi), 10) {
+		t.Errorf("an update without memory.high left memory.high %s: containerd no longer writes its recorded one back?", got)
+	}
 }
