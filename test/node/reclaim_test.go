@@ -163,6 +163,11 @@ func TestReclaim(t *testing.T) {
 		})
 		t.Logf("%s filled: %s", n, readMem(t, c, n))
 	}
+	// Page cache of a file on tmpfs is shmem, which no reclaim frees
+	// without swap: the test means a disk.
+	if out := c.k(t, "-n", reclaimNS, "exec", "cache", "--", "sh", "-c", "grep ' /data ' /proc/mounts"); !strings.Contains(out, "ext4") {
+		t.Fatalf("/data (the node's /mnt/disk, guest.sh) is not ext4: %q", out)
+	}
 
 	const newLimit = 48 << 20
 	if agentThere {
