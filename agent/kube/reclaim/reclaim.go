@@ -102,9 +102,10 @@ type Reclaimer struct {
 	// held are the decreases whose cgroup has memory.high lowered, by pod
 	// key and target ("" for the pod's own limit).
 	held map[string]map[string]*hold
-	// gaveUp is the desired limit a reclaim failed for, by pod UID and
+	// gaveUp is the desired limit a reclaim failed for, by pod key, then
+	// pod UID and
 	// target: not tried again until the spec asks for another.
-	gaveUp map[string]int64
+	gaveUp map[string]map[string]int64
 }
 
 type hold struct {
@@ -140,7 +141,7 @@ func New(client kubernetes.Interface, h Host, o Options) (*Reclaimer, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "resize-agent-reclaim"}),
 		metrics: newMetrics(o.Registerer),
 		held:    map[string]map[string]*hold{},
-		gaveUp:  map[string]int64{},
+		gaveUp:  map[string]map[string]int64{},
 	}
 	selector := fields.OneTermEqualSelector("spec.nodeName", o.NodeName).String()
 	r.factory = informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute,
@@ -321,12 +322,13 @@ func (r *Reclaimer) sync(ctx context.Context, key string) error {
 			r.release(key, target, h, fmt.Sprintf("the spec now asks for %s", intent.FormatMemory(d.Desired)), false)
 		case time.Since(h.since) > r.opts.Hold:
 			r.release(key, target, h, fmt.Sprintf("the kubelet did not apply the decrease within %s", r.opts.Hold), false)
-			r.mu.Lock()
-			r.gaveUp[string(h.uid)+"/"+target] = h.desired
-			r.mu.Unlock()
+			r.giveUp(key, h.uid, target, h.desired)
 		}
 	}
 	if pod == nil {
+		r.mu.Lock()
+		delete(r.gaveUp, key)
+		r.mu.Unlock()
 		return nil
 	}
 	var errs []error
@@ -335,7 +337,7 @@ func (r *Reclaimer) sync(ctx context.Context, key string) error {
 		target := d.Container
 		r.mu.Lock()
 		_, isHeld := r.held[key][target]
-		failed, gave := r.gaveUp[string(pod.UID)+"/"+target]
+		failed, gave := r.gaveUp[key][string(pod.UID)+"/"+target]
 		r.mu.Unlock()
 		if gave && failed == d.Desired && target != "" {
 			containerFailed = true
@@ -349,7 +351,7 @@ func (r *Reclaimer) sync(ctx context.Context, key string) error {
 			errs = append(errs, err)
 		}
 		r.mu.Lock()
-		if failed, gave := r.gaveUp[string(pod.UID)+"/"+target]; gave && failed == d.Desired && target != "" {
+		if failed, gave := r.gaveUp[key][string(pod.UID)+"/"+target]; gave && failed == d.Desired && target != "" {
 			containerFailed = true
 		}
 		r.mu.Unlock()
@@ -411,9 +413,7 @@ func (r *Reclaimer) reclaim(ctx context.Context, key string, pod *corev1.Pod, d 
 	rec := actuate.ReclaimBelow(ctx, r.mem, path, d.Desired, r.opts.Timeout)
 	r.metrics.observe(rec)
 	if rec.Err != nil {
-		r.mu.Lock()
-		r.gaveUp[string(pod.UID)+"/"+d.Container] = d.Desired
-		r.mu.Unlock()
+		r.giveUp(key, pod.UID, d.Container, d.Desired)
 		msg := fmt.Sprintf("cannot bring %s under its new memory limit %s for the kubelet to apply it: %s; the container is left running as it was, and the kubelet keeps the resize in progress until usage falls",
 			what(pod, d.Container), intent.FormatMemory(d.Desired), rec.Message)
 		log.Warn("memory reclaim for a kubelet decrease failed", "err", rec.Err, "reclaimed", rec.Amount(), "took", rec.Took,
@@ -467,6 +467,17 @@ func (r *Reclaimer) release(key, target string, h *hold, why string, applied boo
 		r.recorder.Event(h.pod, corev1.EventTypeWarning, EventMemoryReclaimFailed,
 			fmt.Sprintf("memory.high of %s back to %s after %s: %s", what(h.pod, target), actuate.HighText(now), held.Round(time.Second), why))
 	}
+}
+
+// giveUp records that a reclaim for target's desired limit failed: it is
+// not tried again until the spec asks for another limit.
+func (r *Reclaimer) giveUp(key string, uid types.UID, target string, desired int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gaveUp[key] == nil {
+		r.gaveUp[key] = map[string]int64{}
+	}
+	r.gaveUp[key][string(uid)+"/"+target] = desired
 }
 
 func (r *Reclaimer) releaseAll(why string) {
