@@ -394,6 +394,7 @@ func (a *Agent) learnRuntimeLocked(c *container, res resolved) {
 	if r, ok := reportedResources(res.ctr.Resources); ok {
 		c.adoptReported(r)
 	}
+	c.kubeletHigh = res.ctr.Resources.MemoryHigh > 0
 	if c.pod != nil && res.listed != nil {
 		c.pod.setOthers(res.listed)
 	}

@@ -128,7 +128,7 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 	// to it in place, verified like any other.
 	restartedBefore := r.restarting != "" && r.restarting != runtimeID
 	job := actuate.Job{
-		Want: want, Old: old, CPU: cpu, Memory: mem, RuntimeID: runtimeID,
+		Want: want, Old: old, CPU: cpu, Memory: mem, RuntimeID: runtimeID, KubeletMemoryHigh: c.kubeletHigh,
 		Restart:               runtimeID != "" && a.restartNeeded(r.Spec, old, want, reported, runtimeID == rid, c.mem) && !restartedBefore,
 		AllowMemoryBelowUsage: r.Spec.AllowMemoryBelowUsage,
 		Container:             actuate.Level{Path: c.cgroup, Want: a.act.ContainerFiles(c.cgroup, want, cpu, mem)},

@@ -56,9 +56,12 @@ type container struct {
 	// reports for the container (reportedResources), not a guess from its
 	// cgroup, and so are its requests.
 	reported bool
-	pending  *record // the next intent to run: Proposed or Deferred
-	running  bool
-	last     string // ID of the last intent to reach a terminal state
+	// kubeletHigh: the runtime's record of the container holds a
+	// memory.high the kubelet set under MemoryQoS (actuate.Job).
+	kubeletHigh bool
+	pending     *record // the next intent to run: Proposed or Deferred
+	running     bool
+	last        string // ID of the last intent to reach a terminal state
 	// newest is the newest intent accepted, which a late older one must
 	// not supersede (recover.go).
 	newest *record

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/journal"
 	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/spec"
 )
 
 // Journal makes intents durable; *journal.Journal implements it. Append
@@ -169,7 +171,11 @@ func (a *Agent) Recover() (Recovery, error) {
 		for _, c := range resumed {
 			for _, p := range []string{c.cgroup, c.podPath()} {
 				if p != "" {
-					releaseMemoryHigh(a.act, a.log, p)
+					to := int64(cgroup.Unlimited)
+					if p == c.cgroup {
+						to = a.recordedMemoryHigh(c)
+					}
+					releaseMemoryHigh(a.act, a.log, p, to)
 				}
 			}
 			a.kickLocked(c)
@@ -323,15 +329,33 @@ func (a *Agent) acceptLocked(c *container, r *record) {
 	a.hist.evict(a.history)
 }
 
+// recordedMemoryHigh is the memory.high a container's cgroup holds outside
+// a shrink: the kubelet's MemoryQoS value as the runtime records it (the
+// kubelet's, or the agent's last update's for the kubelet's formula), and
+// max when the runtime records none, or "max", or cannot say.
+func (a *Agent) recordedMemoryHigh(c *container) int64 {
+	if a.rt == nil || c.runtimeID == "" {
+		return cgroup.Unlimited
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	ct, err := a.rt.Get(ctx, c.runtimeID)
+	if err != nil || ct.Resources.MemoryHigh <= 0 {
+		return cgroup.Unlimited
+	}
+	c.kubeletHigh = true
+	return ct.Resources.MemoryHigh
+}
+
 // releaseMemoryHigh puts memory.high of a cgroup whose intent was being
-// applied at the crash back to max (see actuate.Actuator.ReleaseMemoryHigh).
-func releaseMemoryHigh(act *actuate.Actuator, log *slog.Logger, p string) {
-	was, err := act.ReleaseMemoryHigh(p)
+// applied at the crash back to to (see actuate.Actuator.ReleaseMemoryHigh).
+func releaseMemoryHigh(act *actuate.Actuator, log *slog.Logger, p string, to int64) {
+	was, err := act.ReleaseMemoryHigh(p, to)
 	switch {
 	case err != nil:
 		log.Warn("journal: cannot restore memory.high left by an interrupted shrink", "cgroup", p, "err", err)
-	case was != cgroup.Unlimited:
-		log.Info("journal: memory.high left lowered by an interrupted shrink restored to max", "cgroup", p, "was", was)
+	case was != to:
+		log.Info("journal: memory.high left lowered by an interrupted shrink restored", "cgroup", p, "was", was, "memoryHigh", spec.FormatMax(to))
 	}
 }
 

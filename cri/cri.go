@@ -51,7 +51,20 @@ type Resources struct {
 	CPUQuota    int64 `json:"cpuQuota"`
 	CPUShares   int64 `json:"cpuShares"`
 	MemoryLimit int64 `json:"memoryLimitBytes"`
+	// MemoryHigh is memory.high in the CRI unified map: what the runtime
+	// records for the container (Get), what an update or a restart sets.
+	// 0 is none (left as the runtime records it); MemoryHighMax is "max".
+	// The kubelet sets it under MemoryQoS (KEP-2570), and containerd
+	// merges an update's unified map into its record and has runc write
+	// the whole record again (internal/cri/opts/spec_linux_opts.go
+	// WithResources), so an update without it puts the recorded value back.
+	MemoryHigh int64 `json:"memoryHigh,omitempty"`
 }
+
+// MemoryHighMax is Resources.MemoryHigh for "max".
+const MemoryHighMax = -1
+
+const unifiedMemoryHigh = "memory.high"
 
 func (r Resources) linux(base *runtimeapi.LinuxContainerResources) *runtimeapi.LinuxContainerResources {
 	out := &runtimeapi.LinuxContainerResources{}
@@ -59,7 +72,33 @@ func (r Resources) linux(base *runtimeapi.LinuxContainerResources) *runtimeapi.L
 		out = proto(base)
 	}
 	out.CpuPeriod, out.CpuQuota, out.CpuShares, out.MemoryLimitInBytes = r.CPUPeriod, r.CPUQuota, r.CPUShares, r.MemoryLimit
+	if r.MemoryHigh != 0 {
+		if out.Unified == nil {
+			out.Unified = map[string]string{}
+		}
+		out.Unified[unifiedMemoryHigh] = "max"
+		if r.MemoryHigh > 0 {
+			out.Unified[unifiedMemoryHigh] = strconv.FormatInt(r.MemoryHigh, 10)
+		}
+	}
 	return out
+}
+
+// memoryHigh reads memory.high from a CRI unified map: 0 when absent or
+// not a number of bytes.
+func memoryHigh(unified map[string]string) int64 {
+	v, ok := unified[unifiedMemoryHigh]
+	switch {
+	case !ok:
+		return 0
+	case v == "max":
+		return MemoryHighMax
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
 }
 
 func proto(r *runtimeapi.LinuxContainerResources) *runtimeapi.LinuxContainerResources {
@@ -276,7 +315,7 @@ func (c *Client) Get(ctx context.Context, id string) (Container, error) {
 		out.RestartCount = n
 	}
 	if l := st.GetResources().GetLinux(); l != nil {
-		out.Resources = Resources{CPUPeriod: l.CpuPeriod, CPUQuota: l.CpuQuota, CPUShares: l.CpuShares, MemoryLimit: l.MemoryLimitInBytes}
+		out.Resources = Resources{CPUPeriod: l.CpuPeriod, CPUQuota: l.CpuQuota, CPUShares: l.CpuShares, MemoryLimit: l.MemoryLimitInBytes, MemoryHigh: memoryHigh(l.Unified)}
 	}
 	return out, nil
 }

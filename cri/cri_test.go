@@ -68,7 +68,7 @@ func TestFindPicksNewestAttempt(t *testing.T) {
 		t.Errorf("selector %v", sel)
 	}
 	if ct.ID != "new" || ct.PID != 4242 || ct.SandboxID != "sb1" || ct.CgroupsPath != "/kubepods/pod1/new" || !ct.Running() ||
-		ct.Resources != (cri.Resources{100000, 50000, 512, 1 << 28}) || ct.RestartCount != 2 || ct.PodUID != "uid-1" {
+		ct.Resources != (cri.Resources{CPUPeriod: 100000, CPUQuota: 50000, CPUShares: 512, MemoryLimit: 1 << 28}) || ct.RestartCount != 2 || ct.PodUID != "uid-1" {
 		t.Errorf("container %+v", ct)
 	}
 }

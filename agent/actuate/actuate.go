@@ -42,6 +42,9 @@ type Actuator struct {
 	// a decrease.
 	ShrinkTimeout time.Duration
 	Metrics       *metrics.Metrics // nil: nothing recorded
+	// MemoryThrottlingFactor is the kubelet's (its memoryThrottlingFactor)
+	// for KubeletMemoryHigh; 0 means DefaultMemoryThrottlingFactor.
+	MemoryThrottlingFactor float64
 }
 
 // Level is one cgroup of a resize and what its files must hold
@@ -59,6 +62,11 @@ type Job struct {
 	// CPU and Memory say which resources are declared once it is applied.
 	CPU, Memory bool
 	RuntimeID   string // "" for a bare cgroup
+	// KubeletMemoryHigh: the runtime's record of the container holds a
+	// memory.high that the kubelet set under MemoryQoS; every update
+	// through the runtime then sets the one the kubelet would for the new
+	// resources (runtimeResources). Otherwise memory.high is left alone.
+	KubeletMemoryHigh bool
 	// Restart: the container is restarted with its new resources (its
 	// resizePolicy asks for it for a resource that changes).
 	Restart bool
@@ -248,7 +256,7 @@ func (j *job) writeStep(s step) (how, note string, err error) {
 	ctx, cancel := j.runtimeCtx(runtimeTimeout)
 	defer cancel()
 	timed(&j.took.Runtime, func() {
-		err = x.Runtime.Update(ctx, j.RuntimeID, criResources(j.Want, s.group == "cpu", s.group == "memory", x.Period))
+		err = x.Runtime.Update(ctx, j.RuntimeID, x.runtimeResources(&j.Job, j.Want, s.group == "cpu", s.group == "memory"))
 	})
 	x.countRuntime(err)
 	switch {
@@ -295,7 +303,7 @@ func (j *job) recordInRuntime(steps []step) string {
 			continue
 		}
 		ctx, cancel := j.runtimeCtx(runtimeTimeout)
-		err := j.x.Runtime.Update(ctx, j.RuntimeID, criResources(j.Want, g.name == "cpu", g.name == "memory", j.x.Period))
+		err := j.x.Runtime.Update(ctx, j.RuntimeID, j.x.runtimeResources(&j.Job, j.Want, g.name == "cpu", g.name == "memory"))
 		cancel()
 		j.x.countRuntime(err)
 		if err != nil {
@@ -342,7 +350,7 @@ func (j *job) restart(steps []step) Result {
 	var ct cri.Container
 	var err error
 	timed(&j.took.Runtime, func() {
-		ct, err = x.Runtime.Restart(ctx, j.RuntimeID, criResources(j.Want, j.CPU, j.Memory, x.Period), 10*time.Second)
+		ct, err = x.Runtime.Restart(ctx, j.RuntimeID, x.runtimeResources(&j.Job, j.Want, j.CPU, j.Memory), 10*time.Second)
 	})
 	x.countRuntime(err)
 	if err != nil {
@@ -396,7 +404,7 @@ func (j *job) rollback(done []step) error {
 	for _, s := range slices.Backward(done) {
 		if s.container && j.RuntimeID != "" {
 			ctx, cancel := j.runtimeCtx(runtimeTimeout)
-			err := x.Runtime.Update(ctx, j.RuntimeID, criResources(j.Old, s.group == "cpu", s.group == "memory", x.Period))
+			err := x.Runtime.Update(ctx, j.RuntimeID, x.runtimeResources(&j.Job, j.Old, s.group == "cpu", s.group == "memory"))
 			cancel()
 			x.countRuntime(err)
 		}

@@ -2,6 +2,7 @@ package actuate
 
 import (
 	"context"
+	"math"
 
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/cgroup"
@@ -186,4 +187,49 @@ func (x *Actuator) PodContainers(ctx context.Context, podUID string) ([]cri.Cont
 	ctx, cancel := context.WithTimeout(ctx, runtimeTimeout)
 	defer cancel()
 	return pl.PodContainers(ctx, podUID)
+}
+
+// DefaultMemoryThrottlingFactor is the kubelet's memoryThrottlingFactor
+// that KEP-2570 documents (0.9; the kubelet's default until 1.36, nil, which
+// sets no memory.high, since).
+const DefaultMemoryThrottlingFactor = 0.9
+
+// KubeletMemoryHigh is the memory.high the kubelet gives a container under
+// MemoryQoS for its memory request and limit: floor((request + factor ×
+// (limit − request)) / page) × page, when the request is not the limit (or
+// is 0) and the result is above the request (generateLinuxContainerResources
+// in pkg/kubelet/kuberuntime/kuberuntime_container_linux.go, 1.27 to 1.37).
+// cri.MemoryHighMax when the kubelet sets none for it, which leaves the
+// cgroup's max; 0 for a container without a limit, for which the kubelet
+// takes the node's allocatable memory that the agent does not know: its
+// memory.high is then left as it is.
+func KubeletMemoryHigh(request, limit, page int64, factor float64) int64 {
+	if limit <= 0 || page <= 0 {
+		return 0
+	}
+	if request == limit && request != 0 {
+		return cri.MemoryHighMax
+	}
+	high := int64(math.Floor((float64(request)+(float64(limit)-float64(request))*factor)/float64(page))) * page
+	if high <= request || high == 0 {
+		return cri.MemoryHighMax
+	}
+	return high
+}
+
+// runtimeResources is what an update through the runtime sends for r:
+// criResources, and, for a container whose runtime record holds the
+// kubelet's MemoryQoS memory.high, the memory.high the kubelet would set
+// for r, so that a new memory.max is not held at the old memory.high (see
+// cri.Resources.MemoryHigh).
+func (x *Actuator) runtimeResources(j *Job, r intent.Resources, cpu, mem bool) cri.Resources {
+	out := criResources(r, cpu, mem, x.Period)
+	if mem && j.KubeletMemoryHigh {
+		f := x.MemoryThrottlingFactor
+		if f <= 0 {
+			f = DefaultMemoryThrottlingFactor
+		}
+		out.MemoryHigh = KubeletMemoryHigh(r.MemoryRequest, r.MemoryLimit, x.Cgroups.PageSize(), f)
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/spec"
 )
 
 // A memory limit below a cgroup's usage is reached in steps rather than by
@@ -110,6 +111,7 @@ type shrinkReport struct {
 	path          string
 	target        int64 // the new memory.max
 	oldHigh       int64 // memory.high before, restored after
+	high          int64 // memory.high as lowered
 	highSet       bool  // memory.high was lowered
 	before, after cgroup.Memory
 	took          time.Duration
@@ -135,7 +137,7 @@ func (j *job) shrink(ms memoryShrinker, levels []*level) Result {
 	var done []*shrinkReport
 	var out Result
 	for _, l := range levels {
-		rep := j.reclaimTo(ms, l.path, *l.want.MemoryMax, deadline)
+		rep := reclaimTo(j.ctx, ms, j.x.Cgroups.PageSize(), l.path, *l.want.MemoryMax, 0, deadline)
 		done = append(done, rep)
 		if rep.err != nil {
 			out = failed(intent.ReasonMemoryBelowUsage, "%s", rep.failure())
@@ -160,6 +162,12 @@ func (j *job) shrink(ms memoryShrinker, levels []*level) Result {
 		if !rep.highSet {
 			continue
 		}
+		// An update through the runtime sets the kubelet's MemoryQoS
+		// memory.high for the new limit (runtimeResources): that one stands.
+		if m, err := ms.ReadMemory(rep.path); err == nil && m.High != spec.PageAlign(rep.high, j.x.Cgroups.PageSize()) {
+			restored = append(restored, fmt.Sprintf("memory.high of %s left at %s as the runtime set it", rep.path, maxText(m.High)))
+			continue
+		}
 		if err := ms.SetMemoryHigh(rep.path, rep.oldHigh); err != nil {
 			restoreErrs = append(restoreErrs, fmt.Errorf("restoring memory.high of %s: %w", rep.path, err))
 			restored = append(restored, fmt.Sprintf("restoring memory.high of %s to %s FAILED: %v", rep.path, maxText(rep.oldHigh), err))
@@ -179,11 +187,18 @@ func (j *job) shrink(ms memoryShrinker, levels []*level) Result {
 	return out
 }
 
-// reclaimTo lowers memory.high of path to target (never raising it) and
-// asks the kernel to reclaim until memory.current is a little under target,
-// until deadline, until usage stops falling, or until the cgroup is stalled
-// on memory too much. It leaves memory.high lowered; shrink restores it.
-func (j *job) reclaimTo(ms memoryShrinker, path string, target int64, deadline time.Time) *shrinkReport {
+// shrinkGoal is where a shrink to target aims: under the limit by a margin,
+// so that memory.max can be written (or the kubelet's check of usage
+// against it pass) without the kernel reclaiming, or OOM-killing, for the
+// last pages charged meanwhile.
+func shrinkGoal(target, page int64) int64 { return target - max(target/100, 64*page) }
+
+// reclaimTo lowers memory.high of path to hold (target when 0; never
+// raising it) and asks the kernel to reclaim until memory.current is a
+// little under target, until deadline, until usage stops falling, or until
+// the cgroup is stalled on memory too much. It leaves memory.high lowered;
+// the caller restores it.
+func reclaimTo(ctx context.Context, ms memoryShrinker, page int64, path string, target, hold int64, deadline time.Time) *shrinkReport {
 	rep := &shrinkReport{path: path, target: target}
 	start := time.Now()
 	defer func() { rep.took = time.Since(start) }()
@@ -193,12 +208,11 @@ func (j *job) reclaimTo(ms memoryShrinker, path string, target int64, deadline t
 		return rep
 	}
 	rep.after, rep.oldHigh = rep.before, rep.before.High
-	// Aim under the limit by a margin, so that memory.max can be written
-	// without the kernel reclaiming (or OOM-killing) for the last pages
-	// charged meanwhile.
-	page := j.x.Cgroups.PageSize()
-	goal := target - max(target/100, 64*page)
+	goal := shrinkGoal(target, page)
 	high := target
+	if hold > 0 {
+		high = hold
+	}
 	if rep.oldHigh != cgroup.Unlimited && rep.oldHigh < high {
 		high = rep.oldHigh
 	}
@@ -208,7 +222,7 @@ func (j *job) reclaimTo(ms memoryShrinker, path string, target int64, deadline t
 			rep.err = fmt.Errorf("lowering memory.high: %w", err)
 			return rep
 		}
-		rep.highSet = true
+		rep.high, rep.highSet = high, true
 	}
 	best, stuck := rep.before.Current, 0
 	for {
@@ -236,11 +250,11 @@ func (j *job) reclaimTo(ms memoryShrinker, path string, target int64, deadline t
 			rep.err = fmt.Errorf("usage did not come down within the %s timeout", round(time.Since(start)))
 			return rep
 		}
-		if j.ctx.Err() != nil {
+		if ctx.Err() != nil {
 			// Give up rather than outlive the caller (the agent shutting
 			// down): memory.high is restored on the way out, not left
 			// lowered.
-			rep.err = context.Cause(j.ctx)
+			rep.err = context.Cause(ctx)
 			return rep
 		}
 		rep.rounds++
@@ -296,21 +310,20 @@ func maxText(v int64) string {
 	return intent.FormatMemory(v)
 }
 
-// ReleaseMemoryHigh puts memory.high of path back to max, and says what it
-// was (max when there was nothing to do). The agent sets memory.high only
-// while it shrinks memory, and restores it after; a crash in between would
-// leave the cgroup throttled at the old target, and a shrink run again
-// would take that lowered value for the one to restore. The kubelet leaves
-// memory.high alone (unless its alpha MemoryQoS gate is on), so max is what
-// was there.
-func (x *Actuator) ReleaseMemoryHigh(path string) (int64, error) {
+// ReleaseMemoryHigh puts memory.high of path back to to (cgroup.Unlimited,
+// or the kubelet's MemoryQoS value as the runtime records it), and says
+// what it was (to when there was nothing to do). The agent sets memory.high
+// only while it shrinks memory, and restores it after; a crash in between
+// would leave the cgroup throttled at the old target, and a shrink run
+// again would take that lowered value for the one to restore.
+func (x *Actuator) ReleaseMemoryHigh(path string, to int64) (int64, error) {
 	ms, ok := x.Cgroups.(memoryShrinker)
 	if !ok {
-		return cgroup.Unlimited, nil
+		return to, nil
 	}
 	m, err := ms.ReadMemory(path)
-	if err != nil || m.High == cgroup.Unlimited {
-		return cgroup.Unlimited, nil
+	if err != nil || m.High == to {
+		return to, nil
 	}
-	return m.High, ms.SetMemoryHigh(path, cgroup.Unlimited)
+	return m.High, ms.SetMemoryHigh(path, to)
 }

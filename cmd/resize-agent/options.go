@@ -89,6 +89,9 @@ type Options struct {
 	Kubeconfig string `json:"kubeconfig"`
 	NodeName   string `json:"nodeName"`
 	KubeIntake string `json:"kubeIntake"`
+	// KubeMemoryReclaim: reclaim ahead of the kubelet's memory limit
+	// decreases below usage (agent/kube/reclaim).
+	KubeMemoryReclaim bool `json:"kubeMemoryReclaim"`
 
 	// For tests: where /proc is, and whether the cgroup root may be a plain
 	// directory.
@@ -128,6 +131,7 @@ func DefaultOptions() *Options {
 		LogFormat:           "text",
 		NodeName:            os.Getenv("NODE_NAME"),
 		KubeIntake:          string(kube.ModeAnnotation),
+		KubeMemoryReclaim:   true,
 		procRoot:            "/proc",
 		readTimeout:         readTimeout,
 		writeTimeout:        writeTimeout,
@@ -176,6 +180,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "text or json")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file for the Kubernetes intake (empty: in-cluster service account)")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's name, from $NODE_NAME unless given; the Kubernetes intake watches only its pods, and is off without it")
+	fs.BoolVar(&o.KubeMemoryReclaim, "kube-memory-reclaim", o.KubeMemoryReclaim, "when the kubelet is asked to lower a memory limit below usage, bring usage under it (memory.high, memory.reclaim; never memory.max) so that the kubelet can apply it")
 	fs.StringVar(&o.KubeIntake, "kube-intake", o.KubeIntake, "Kubernetes intake: annotation (resize.resizer.io/resources becomes a pods/resize patch, once deploy/'s annotation policy is in force) or off")
 }
 

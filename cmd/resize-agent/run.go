@@ -25,6 +25,7 @@ import (
 	"github.com/resizer/resize-agent/agent/journal"
 	"github.com/resizer/resize-agent/agent/kube"
 	"github.com/resizer/resize-agent/agent/kube/latency"
+	"github.com/resizer/resize-agent/agent/kube/reclaim"
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup"
@@ -146,6 +147,11 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 		}
 		mux.Handle("GET /v1/kube/resizes", lat)
 		kc.Companions = append(kc.Companions, lat.Run)
+		if o.KubeMemoryReclaim {
+			// The kubelet's memory decreases below usage: reclaim first.
+			kc.Companions = append(kc.Companions, reclaim.Companion(a, reclaim.Options{NodeName: kc.NodeName,
+				Logger: log.With("component", "reclaim"), Registerer: reg}))
+		}
 	}
 	addOps(mux, reg, &ready, broken)
 

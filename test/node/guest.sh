@@ -70,6 +70,21 @@ ctr --namespace=k8s.io images import --all-platforms --digests --snapshotter=$sn
 	{ say "ERROR: ctr images import of the agent's image failed"; exit 1; }
 say "images: $(ctr -n k8s.io images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
 
+# A filesystem with real page cache for the tests' hostPath volumes (the
+# guest's own files are on tmpfs, whose pages are shmem and need swap to be
+# reclaimed): ext4 on a loop device (busybox's mke2fs makes it, the ext4
+# driver mounts it), its image filled here in the root
+# cgroup so that the loop device's writes charge no pod.
+mkdir -p /mnt/disk
+for i in 0 1 2 3 4 5 6 7; do [ -e /dev/loop$i ] || mknod /dev/loop$i b 7 $i; done
+if dd if=/dev/zero of=/var/lib/node-disk.img bs=1M count=384 2>/dev/null &&
+	mke2fs -F /var/lib/node-disk.img >/dev/null && mount -t ext4 -o loop /var/lib/node-disk.img /mnt/disk; then
+	chmod 1777 /mnt/disk
+	say "page cache disk: ext4 at /mnt/disk"
+else
+	say "WARNING: no ext4 disk at /mnt/disk (loop, ext4): tests that need page cache will fail"
+fi
+
 cp /payload/kubernetes/* /etc/kubernetes/
 cat >/etc/kubernetes/kubelet.yaml <<KCFG
 apiVersion: kubelet.config.k8s.io/v1beta1
