@@ -67,6 +67,11 @@ type container struct {
 	admitted *admittedIntent
 	// exited is the cgroup reported emptied while the worker ran.
 	exited string
+	// ctr is the runtime's container as the runtime last reported it, which
+	// resolves the container's next intents without asking the runtime
+	// again; nil when the agent must ask (it never did, a resize failed, the
+	// container was restarted). See Agent.known.
+	ctr *cri.Container
 }
 
 func (c *container) podPath() string {
@@ -146,6 +151,26 @@ type pod struct {
 	// (the kubelet resizes a pod as one unit, doPodResizeAction). It is
 	// taken without a.mu held, and a.mu may be taken under it.
 	resize sync.Mutex
+	// listed is the pod's running containers as the runtime last listed
+	// them, for the pod cgroup's sums; listedOK false: list again before the
+	// next resize. Refreshed at registration, by the drift check, and after
+	// a member exits, is restarted or fails a resize, so that a resize
+	// does not list the pod (issue 16).
+	listed   []cri.Container
+	listedOK bool
+}
+
+// setListing records the pod's containers as the runtime listed them.
+func (p *pod) setListing(listed []cri.Container) {
+	p.setOthers(listed)
+	p.listed, p.listedOK = listed, listed != nil
+}
+
+// staleListing makes the next resize of the pod list it again.
+func (p *pod) staleListing() {
+	if p != nil {
+		p.listedOK = false
+	}
 }
 
 // pods are the pods of the managed containers, by pod cgroup path; a.mu

@@ -52,6 +52,8 @@ func (a *Agent) handleExit(ctx context.Context, e cgroup.Event) {
 		a.mu.Unlock()
 		return
 	}
+	c.ctr = nil // whatever follows, ask the runtime again
+	c.pod.staleListing()
 	if c.running || c.admitted != nil {
 		// The worker forgets it when its apply ends (see apply).
 		c.exited = e.Path
@@ -88,8 +90,9 @@ func (a *Agent) handleExit(ctx context.Context, e cgroup.Event) {
 		return
 	}
 	old := c.cgroup
-	c.runtimeID, c.cgroup = next.ID, nextCgroup
+	c.runtimeID, c.cgroup, c.ctr = next.ID, nextCgroup, next
 	a.exits.follow(c, old)
+	c.pod.staleListing()
 	a.log.Info("container restarted by its runtime; following the new one", "container", c.name, "runtimeID", c.runtimeID, "cgroup", c.cgroup)
 }
 

@@ -1,0 +1,188 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/resizer/resize-agent/agent"
+	"github.com/resizer/resize-agent/agent/admission"
+	"github.com/resizer/resize-agent/agent/agenttest"
+	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/journal"
+	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+)
+
+// The benchmarks below wire the agent as the daemon does (a journal that
+// fsyncs, metrics, logging at info) on a fake cgroup tree, so that they
+// show the agent's own cost of a resize without the kernel's: in the
+// agent (AcceptedAt to CompletedAt) and as an API client sees it.
+
+func daemonOpts(b testing.TB) []agent.Option {
+	j, err := journal.Open(filepath.Join(b.TempDir(), "state"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { j.Close() })
+	return []agent.Option{
+		agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		agent.WithMetrics(metrics.New(prometheus.NewRegistry())),
+		agent.WithJournal(j),
+	}
+}
+
+func benchPaths(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("/bench/%04d", i)
+	}
+	return out
+}
+
+func cpuSpec(i int, path string, milli int64) intent.Spec {
+	return spec(fmt.Sprintf("c%d", i), path, nil, map[string]string{"cpu": fmt.Sprintf("%dm", milli)})
+}
+
+// reportQuantiles reports the p50 and p99 of ds.
+func reportQuantiles(b *testing.B, name string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Nanoseconds()) }
+	b.ReportMetric(q(0.5), name+"-p50-ns")
+	b.ReportMetric(q(0.99), name+"-p99-ns")
+}
+
+// BenchmarkResizeInAgent: one bare cgroup resized again and again, from
+// Submit to the watch stream's Completed, with the agent's own
+// accepted-to-completed reported.
+func BenchmarkResizeInAgent(b *testing.B) {
+	root := cgrouptest.FakeTree(b, "/bench/0000")
+	a := agent.New(cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck()),
+		admission.NewLedger(admission.Capacity{MilliCPU: 100000, Memory: 1 << 40}), daemonOpts(b)...)
+	b.Cleanup(func() { a.Close(context.Background()) })
+	var in []time.Duration
+	for i := 0; b.Loop(); i++ {
+		it, _, err := a.Submit(cpuSpec(0, "/bench/0000", 200+int64(i%2)*100))
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := settleB(b, a, it.ID)
+		if done.Status.State != intent.Completed {
+			b.Fatalf("intent %s: %s %s", done.ID, done.Status.State, done.Status.Message)
+		}
+		in = append(in, done.Status.CompletedAt.Sub(done.Status.AcceptedAt))
+	}
+	reportQuantiles(b, "in-agent", in)
+}
+
+func settleB(b *testing.B, a *agent.Agent, id string) intent.Intent {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for e := range a.Watch(ctx, agent.Filter{IntentID: id}) {
+		if s := e.Intent.Status.State; s.Terminal() {
+			return e.Intent
+		}
+	}
+	b.Fatalf("intent %s did not settle", id)
+	return intent.Intent{}
+}
+
+func serveBench(b *testing.B, n int) (*api.Client, []string) {
+	paths := benchPaths(n)
+	root := cgrouptest.FakeTree(b, paths...)
+	s := agenttest.ServeWith(b, cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck()),
+		admission.Capacity{MilliCPU: 1 << 30, Memory: 1 << 50}, daemonOpts(b)...)
+	c := api.NewClient(s.Socket)
+	b.Cleanup(c.CloseIdleConnections)
+	return c, paths
+}
+
+func apiResize(b *testing.B, c *api.Client, s intent.Spec) (client, server time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	it, _, err := c.Submit(ctx, s)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	it, err = c.WaitSettled(ctx, it.ID)
+	if err != nil || it.Status.State != intent.Completed {
+		b.Errorf("intent %s: %v %s %s", it.ID, err, it.Status.State, it.Status.Message)
+		return
+	}
+	return time.Since(t0), it.Status.CompletedAt.Sub(it.Status.AcceptedAt)
+}
+
+// BenchmarkResizeAPI: as BenchmarkResizeInAgent, through the API on a
+// unix socket (submit, then wait on the watch stream), as resizectl does.
+func BenchmarkResizeAPI(b *testing.B) {
+	c, paths := serveBench(b, 1)
+	var cl, in []time.Duration
+	for i := 0; b.Loop(); i++ {
+		x, y := apiResize(b, c, cpuSpec(0, paths[0], 200+int64(i%2)*100))
+		cl, in = append(cl, x), append(in, y)
+	}
+	reportQuantiles(b, "client", cl)
+	reportQuantiles(b, "in-agent", in)
+}
+
+// BenchmarkThroughput: 16 API clients, each resizing its share of 1,000
+// bare cgroups one after another; b.N resizes in all.
+func BenchmarkThroughput(b *testing.B) {
+	for _, n := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("cgroups=%d", n), func(b *testing.B) {
+			c, paths := serveBench(b, n)
+			workers := min(16, n)
+			// Register every cgroup first: the first intent reads it.
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					for i := w; i < n; i += workers {
+						apiResize(b, c, cpuSpec(i, paths[i], 100))
+					}
+				})
+			}
+			wg.Wait()
+			b.ResetTimer()
+			start := time.Now()
+			var mu sync.Mutex
+			var in []time.Duration
+			for w := range workers {
+				k := b.N / workers
+				if w < b.N%workers {
+					k++
+				}
+				wg.Go(func() {
+					var mine []int
+					for i := w; i < n; i += workers {
+						mine = append(mine, i)
+					}
+					for j := range k {
+						i := mine[j%len(mine)]
+						_, y := apiResize(b, c, cpuSpec(i, paths[i], 200+int64(j%2)*100))
+						mu.Lock()
+						in = append(in, y)
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "resizes/s")
+			reportQuantiles(b, "in-agent", in)
+		})
+	}
+}
