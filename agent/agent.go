@@ -127,6 +127,10 @@ type Agent struct {
 	accepting  map[string]*record // being journaled, not yet acknowledged
 	containers containers
 	pods       pods // the pods of the managed containers (containers.go)
+	// deferred holds the containers whose pending intent was Deferred (and
+	// maybe some no longer), so that freeing capacity does not scan every
+	// container (deferred.go).
+	deferred map[*container]struct{}
 }
 
 // record is an intent with what the agent derived from its spec.
@@ -156,7 +160,7 @@ func New(cg Cgroups, ledger *admission.Ledger, opts ...Option) *Agent {
 	a := &Agent{
 		cg: cg, ledger: ledger, log: slog.Default(), period: cgroup.DefaultPeriod, history: 10000,
 		now: time.Now, hub: newHub(), hist: history{intents: map[string]*record{}}, containers: containers{},
-		pods: pods{}, accepting: map[string]*record{},
+		pods: pods{}, accepting: map[string]*record{}, deferred: map[*container]struct{}{},
 	}
 	for _, o := range opts {
 		o(a)

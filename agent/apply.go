@@ -78,6 +78,7 @@ func (a *Agent) admitLocked(c *container, r *record) (intent.Resources, bool) {
 		if first || r.Status.Message != d.Message {
 			a.setLocked(r, intent.Deferred, intent.ReasonDeferred, d.Message)
 		}
+		a.deferred[c] = struct{}{}
 		if first {
 			r.deferredAt = a.now()
 			a.log.Info("intent deferred", "intent", r.ID, "container", c.name, "message", d.Message)

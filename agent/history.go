@@ -30,6 +30,17 @@ func (h *history) evict(size int) {
 	if excess <= 0 {
 		return
 	}
+	// The oldest are nearly always terminal: drop them off the front
+	// without copying the rest, which every accepted intent would pay
+	// once the history is full (issue 16).
+	i := 0
+	for ; i < excess && h.intents[h.order[i]].Status.State.Terminal(); i++ {
+		delete(h.intents, h.order[i])
+	}
+	h.order, excess = h.order[i:], excess-i
+	if excess == 0 {
+		return
+	}
 	kept := h.order[:0]
 	for _, id := range h.order {
 		if excess > 0 && h.intents[id].Status.State.Terminal() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -30,6 +31,9 @@ import (
 // agent (AcceptedAt to CompletedAt) and as an API client sees it.
 
 func daemonOpts(b testing.TB) []agent.Option {
+	if os.Getenv("BENCH_NOJOURNAL") != "" {
+		return []agent.Option{agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), agent.WithMetrics(metrics.New(prometheus.NewRegistry()))}
+	}
 	j, err := journal.Open(filepath.Join(b.TempDir(), "state"))
 	if err != nil {
 		b.Fatal(err)
@@ -51,7 +55,8 @@ func benchPaths(n int) []string {
 }
 
 func cpuSpec(i int, path string, milli int64) intent.Spec {
-	return spec(fmt.Sprintf("c%d", i), path, nil, map[string]string{"cpu": fmt.Sprintf("%dm", milli)})
+	v := map[string]string{"cpu": fmt.Sprintf("%dm", milli)}
+	return spec(fmt.Sprintf("c%d", i), path, v, v)
 }
 
 // reportQuantiles reports the p50 and p99 of ds.
@@ -184,5 +189,72 @@ func BenchmarkThroughput(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "resizes/s")
 			reportQuantiles(b, "in-agent", in)
 		})
+	}
+}
+
+// TestOrderPerContainerUnderLoad: 16 clients submit to 50 containers at
+// once, several to the same container without waiting, through a journal
+// whose syncs they share. Per container, in acceptance order, every
+// intent but the last ends Completed or Superseded by a later one, none
+// is lost, and the cgroup holds the last accepted intent's value.
+func TestOrderPerContainerUnderLoad(t *testing.T) {
+	const containers, clients, each = 50, 16, 40
+	paths := benchPaths(containers)
+	root := cgrouptest.FakeTree(t, paths...)
+	a := agent.New(cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck()),
+		admission.NewLedger(admission.Capacity{MilliCPU: 1 << 30, Memory: 1 << 50}), daemonOpts(t)...)
+	t.Cleanup(func() { a.Close(context.Background()) })
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Go(func() {
+			for k := range each {
+				i := (w*each + k) % containers
+				if _, _, err := a.Submit(cpuSpec(i, paths[i], 100+int64(w*each+k))); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	total := 0
+	for i, p := range paths {
+		var list []intent.Intent
+		for {
+			list = a.List(agent.Filter{Container: p}, "")
+			if !slices.ContainsFunc(list, func(it intent.Intent) bool { return !it.Status.State.Terminal() }) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		total += len(list)
+		ids := map[string]int{}
+		for k, it := range list {
+			ids[it.ID] = k
+		}
+		for k, it := range list {
+			last := k == len(list)-1
+			switch s := it.Status.State; {
+			case last && s != intent.Completed:
+				t.Errorf("container %d: the last intent %s is %s (%s)", i, it.ID, s, it.Status.Message)
+			case !last && s == intent.Superseded:
+				if by, ok := ids[it.Status.SupersededBy]; !ok || by <= k {
+					t.Errorf("container %d: intent %d superseded by %q, not a later one", i, k, it.Status.SupersededBy)
+				}
+			case !last && s != intent.Completed:
+				t.Errorf("container %d: intent %s is %s: %s", i, it.ID, s, it.Status.Message)
+			}
+		}
+		if len(list) > 0 {
+			lim := list[len(list)-1].Spec.Resources.Limits.Cpu().MilliValue()
+			if got, want := cgrouptest.ReadFile(t, root, p, "cpu.max"), fmt.Sprintf("%d 100000", lim*100); got != want {
+				t.Errorf("container %d: cpu.max %q, want %q (the last accepted intent's)", i, got, want)
+			}
+		}
+	}
+	if total != clients*each {
+		t.Errorf("%d intents listed, %d submitted", total, clients*each)
 	}
 }

@@ -183,14 +183,49 @@ func readInto(d, file string, s *State) error {
 }
 
 func readFile(dir, name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, name))
+	b, err := readSmall(filepath.Join(dir, name))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("%w: %s has no %s (controller not enabled for it?)", ErrNotFound, dir, name)
 		}
 		return "", err
 	}
-	return strings.TrimSpace(string(b)), nil
+	return strings.TrimSpace(b), nil
+}
+
+// readSmall reads a file with open, read and close alone. os.ReadFile
+// also stats the file and registers it with the runtime's poller (cgroupfs
+// files are pollable), which made the reads the largest part of a resize's
+// own cost (issue 16). The errors are os.ReadFile's.
+func readSmall(p string) (string, error) {
+	var fd int
+	var err error
+	for {
+		if fd, err = unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return "", &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	defer unix.Close(fd)
+	var small [512]byte
+	b := small[:0]
+	for {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, cap(b))
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return "", &fs.PathError{Op: "read", Path: p, Err: err}
+		case n == 0:
+			return string(b), nil
+		}
+		b = b[:len(b)+n]
+	}
 }
 
 // Write writes r to the cgroup p through containerd/cgroups, reads every file
