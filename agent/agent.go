@@ -131,6 +131,7 @@ type Agent struct {
 	// maybe some no longer), so that freeing capacity does not scan every
 	// container (deferred.go).
 	deferred map[*container]struct{}
+	resyncs  uint64 // Resync calls, for fullResync
 }
 
 // record is an intent with what the agent derived from its spec.

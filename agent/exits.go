@@ -26,13 +26,16 @@ type exitWatch struct {
 // follow starts watching c's cgroup for its exit, and stops watching old
 // (its previous cgroup, when it was restarted), if not "".
 func (x exitWatch) follow(c *container, old string) {
+	c.watched = false
 	if x.w == nil {
 		return
 	}
 	if old != "" && old != c.cgroup {
 		x.w.Unwatch(old)
 	}
-	if err := x.w.Watch(c.cgroup); err != nil {
+	err := x.w.Watch(c.cgroup)
+	c.watched = err == nil
+	if err != nil {
 		// Resync still finds the cgroup gone, only later.
 		x.log.Warn("cannot watch container for its exit", "container", c.name, "cgroup", c.cgroup, "err", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,6 +60,19 @@ func cpuSpec(i int, path string, milli int64) intent.Spec {
 	return spec(fmt.Sprintf("c%d", i), path, v, v)
 }
 
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process's CPU time per resize since start (client
+// and agent both: on a loaded host this is steadier than the latencies).
+func reportCPU(b *testing.B, start time.Duration, n int) {
+	b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(n), "cpu-ns/resize")
+}
+
 // reportQuantiles reports the p50 and p99 of ds.
 func reportQuantiles(b *testing.B, name string, ds []time.Duration) {
 	if len(ds) == 0 {
@@ -79,6 +93,7 @@ func BenchmarkResizeInAgent(b *testing.B) {
 		admission.NewLedger(admission.Capacity{MilliCPU: 100000, Memory: 1 << 40}), daemonOpts(b)...)
 	b.Cleanup(func() { a.Close(context.Background()) })
 	var in []time.Duration
+	cpu0 := cpuTime()
 	for i := 0; b.Loop(); i++ {
 		it, _, err := a.Submit(cpuSpec(0, "/bench/0000", 200+int64(i%2)*100))
 		if err != nil {
@@ -90,6 +105,7 @@ func BenchmarkResizeInAgent(b *testing.B) {
 		}
 		in = append(in, done.Status.CompletedAt.Sub(done.Status.AcceptedAt))
 	}
+	reportCPU(b, cpu0, len(in))
 	reportQuantiles(b, "in-agent", in)
 }
 
@@ -137,10 +153,12 @@ func apiResize(b *testing.B, c *api.Client, s intent.Spec) (client, server time.
 func BenchmarkResizeAPI(b *testing.B) {
 	c, paths := serveBench(b, 1)
 	var cl, in []time.Duration
+	cpu0 := cpuTime()
 	for i := 0; b.Loop(); i++ {
 		x, y := apiResize(b, c, cpuSpec(0, paths[0], 200+int64(i%2)*100))
 		cl, in = append(cl, x), append(in, y)
 	}
+	reportCPU(b, cpu0, len(cl))
 	reportQuantiles(b, "client", cl)
 	reportQuantiles(b, "in-agent", in)
 }
@@ -163,7 +181,7 @@ func BenchmarkThroughput(b *testing.B) {
 			}
 			wg.Wait()
 			b.ResetTimer()
-			start := time.Now()
+			start, cpu0 := time.Now(), cpuTime()
 			var mu sync.Mutex
 			var in []time.Duration
 			for w := range workers {
@@ -187,6 +205,7 @@ func BenchmarkThroughput(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "resizes/s")
+			reportCPU(b, cpu0, b.N)
 			reportQuantiles(b, "in-agent", in)
 		})
 	}
@@ -256,5 +275,33 @@ func TestOrderPerContainerUnderLoad(t *testing.T) {
 	}
 	if total != clients*each {
 		t.Errorf("%d intents listed, %d submitted", total, clients*each)
+	}
+}
+
+// TestResyncLeavesWatchedToTheWatcher: a Resync does not look at the
+// containers the exit watcher watches, but every sixth looks at them all,
+// in case the watcher missed an event; an unwatched container is looked at
+// every time.
+func TestResyncLeavesWatchedToTheWatcher(t *testing.T) {
+	ex := newExits()
+	f := newFixture(t, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}, "/a")
+	f.a = agent.New(f.cg, f.l, agent.WithExitWatcher(ex), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	t.Cleanup(func() { _ = f.a.Close(context.Background()) })
+	want(t, submit(t, f.a, spec("a", "/a", map[string]string{"cpu": "500m"}, nil)), intent.Completed, "")
+	if !ex.isWatched("/a") {
+		t.Fatal("/a is not watched")
+	}
+	if err := os.RemoveAll(filepath.Join(f.root, "a")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 6; i++ {
+		f.a.Resync()
+		if f.a.ManagedContainers() != 1 {
+			t.Fatalf("resync %d looked at a watched container", i)
+		}
+	}
+	f.a.Resync()
+	if n := f.a.ManagedContainers(); n != 0 {
+		t.Errorf("the sixth resync left %d managed containers, want 0 (its cgroup is gone)", n)
 	}
 }
