@@ -132,6 +132,7 @@ type Agent struct {
 	// container (deferred.go).
 	deferred map[*container]struct{}
 	resyncs  uint64 // Resync calls, for fullResync
+	specs    specs  // history.go
 }
 
 // record is an intent with what the agent derived from its spec.
@@ -193,7 +194,7 @@ func (a *Agent) SubmitFrom(origin intent.Origin, spec intent.Spec) (intent.Inten
 		return intent.Intent{}, false, err
 	}
 	// The stored spec must not share maps with the caller's.
-	spec.Resources = *spec.Resources.DeepCopy()
+	spec.Resources = a.specs.intern(spec.Resources)
 	spec.ResizePolicy = slices.Clone(spec.ResizePolicy)
 	res, err := a.resolve(spec.Target)
 	if err != nil {

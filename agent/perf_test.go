@@ -2,11 +2,14 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"syscall"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
@@ -303,5 +307,73 @@ func TestResyncLeavesWatchedToTheWatcher(t *testing.T) {
 	f.a.Resync()
 	if n := f.a.ManagedContainers(); n != 0 {
 		t.Errorf("the sixth resync left %d managed containers, want 0 (its cgroup is gone)", n)
+	}
+}
+
+// BenchmarkHeldMemory reports the heap the agent holds with 1,000 managed
+// containers after b.N resizes of each (the history keeps 10,000 intents).
+func BenchmarkHeldMemory(b *testing.B) {
+	paths := benchPaths(1000)
+	root := cgrouptest.FakeTree(b, paths...)
+	a := agent.New(cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck()),
+		admission.NewLedger(admission.Capacity{MilliCPU: 1 << 30, Memory: 1 << 50}), daemonOpts(b)...)
+	b.Cleanup(func() { a.Close(context.Background()) })
+	for n := 0; b.Loop(); n++ {
+		var last string
+		for i, p := range paths {
+			it, _, err := a.Submit(cpuSpec(i, p, 100+int64(n%2)*100))
+			if err != nil {
+				b.Fatal(err)
+			}
+			last = it.ID
+		}
+		settleB(b, a, last)
+	}
+	for _, p := range paths {
+		for _, it := range a.List(agent.Filter{Container: p}, "") {
+			if !it.Status.State.Terminal() {
+				settleB(b, a, it.ID)
+			}
+		}
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
+	if p := os.Getenv("HELD_HEAP_PROFILE"); p != "" {
+		f, _ := os.Create(p)
+		pprof.WriteHeapProfile(f)
+		f.Close()
+	}
+	b.ReportMetric(float64(len(a.List(agent.Filter{}, ""))), "intents-held")
+}
+
+// TestSharedSpecs: intents that ask for the same resources share one copy
+// of them, which shares nothing with the caller's, and each shows what it
+// was asked with.
+func TestSharedSpecs(t *testing.T) {
+	f := newFixture(t, admission.Capacity{MilliCPU: 8000, Memory: 8 * gi}, "/a", "/b")
+	s1 := spec("a", "/a", map[string]string{"cpu": "1"}, map[string]string{"cpu": "1"})
+	it1, _, err := f.a.Submit(s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1.Resources.Limits[corev1.ResourceCPU] = q("3") // the caller's map, after the fact
+	s2 := spec("b", "/b", map[string]string{"cpu": "1000m"}, map[string]string{"cpu": "1000m"})
+	it2, _, err := f.a.Submit(s2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle(t, f.a, it1.ID)
+	settle(t, f.a, it2.ID)
+	g1, _ := f.a.Get(it1.ID)
+	g2, _ := f.a.Get(it2.ID)
+	if got := g1.Spec.Resources.Limits.Cpu().String(); got != "1" {
+		t.Errorf("intent 1's limit = %s, want 1 (the caller's later change must not reach it)", got)
+	}
+	js, _ := json.Marshal(g2.Spec.Resources)
+	asked, _ := json.Marshal(s2.Resources)
+	if string(js) != string(asked) {
+		t.Errorf("intent 2's resources = %s, want %s as it was asked", js, asked)
 	}
 }
