@@ -106,10 +106,10 @@ func startCompanion(ctx context.Context, c CapacityConfig, client kubernetes.Int
 		counter = c.Predictions
 	}
 	if _, err := capacity.NewObserver(view, counter, func(o capacity.Outcome) {
-		log.Info("kubelet verdict on a resize", "pod", o.Pod, "generation", o.Generation, "predicted", o.Prediction.Verdict,
+		log.Info("kubelet verdict on a resize", "pod", o.Pod.String(), "generation", o.Generation, "predicted", o.Prediction.Verdict,
 			"actual", o.Actual, "agrees", o.Agrees(), "prediction", capacity.Summary(o.Prediction), "kubelet", o.Message)
 	}, func(pod types.NamespacedName, err error) {
-		log.Warn("resize not predicted", "pod", pod, "err", err)
+		log.Warn("resize not predicted", "pod", pod.String(), "err", err)
 	}); err != nil {
 		return nil, nil, err
 	}
@@ -127,7 +127,7 @@ func startCompanion(ctx context.Context, c CapacityConfig, client kubernetes.Int
 		checker, err := allocdrift.New(view.Pods, d.Runtime, d.Cgroups, allocdrift.Options{
 			Policy: d.Policy, Period: d.Period, Count: d.Count, Recorder: rec,
 			OnFinding: func(f allocdrift.Finding) {
-				log.Warn("cgroup drift from the kubelet's allocation", "pod", f.Pod, "container", f.Container, "cgroup", f.Cgroup,
+				log.Warn("cgroup drift from the kubelet's allocation", "pod", f.Pod.String(), "container", f.Container, "cgroup", f.Cgroup,
 					"action", f.Action, "files", f.Files, "message", f.Message, "after", time.Since(f.FirstSeen).Round(time.Millisecond))
 			},
 		})
