@@ -54,11 +54,11 @@ func TestCompanion(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var mu sync.Mutex
 	drifts := map[string]int{}
-	c := Config{NodeName: "n", Predictions: metrics.NewVerdictPredictions(reg), Drift: DriftConfig{
+	c := CapacityConfig{NodeName: "n", Logger: quiet, Predictions: metrics.NewVerdictPredictions(reg), Drift: DriftConfig{
 		Policy: allocdrift.PolicyReport, Interval: 20 * time.Millisecond, Runtime: companionNode{}, Cgroups: companionNode{},
 		Count: func(r, a string) { mu.Lock(); drifts[r+"/"+a]++; mu.Unlock() },
 	}}
-	view, stop, err := startCompanion(context.Background(), c, client, quiet)
+	view, stop, err := startCompanion(context.Background(), c, client)
 	if err != nil {
 		t.Fatal(err)
 	}
