@@ -54,7 +54,7 @@ func TestCompanion(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var mu sync.Mutex
 	drifts := map[string]int{}
-	c := CapacityConfig{NodeName: "n", Logger: quiet, Predictions: metrics.NewVerdictPredictions(reg), Drift: DriftConfig{
+	c := CapacityConfig{NodeName: "n", Logger: quiet, Predictor: &LivePredictor{}, Predictions: metrics.NewVerdictPredictions(reg), Drift: DriftConfig{
 		Policy: allocdrift.PolicyReport, Interval: 20 * time.Millisecond, Runtime: companionNode{}, Cgroups: companionNode{},
 		Count: func(r, a string) { mu.Lock(); drifts[r+"/"+a]++; mu.Unlock() },
 	}}
@@ -67,6 +67,13 @@ func TestCompanion(t *testing.T) {
 	defer cancel()
 	if !view.WaitSynced(ctx) {
 		t.Fatal("view not synced")
+	}
+	// The intake's Predictor answers from the view.
+	if p := c.Predictor.Predict(pod); p == nil || p.Verdict != "Fit" {
+		t.Fatalf("LivePredictor: %+v", p)
+	}
+	if p := (&LivePredictor{}).Predict(pod); p != nil {
+		t.Fatalf("a LivePredictor without a view predicted %+v", p)
 	}
 	// The drift first: the container's cpu.max is not the kubelet's
 	// "max 100000" (after the 3 s confirmation).
