@@ -63,6 +63,12 @@ const (
 	DriftActionBackoff = "backoff" // another writer keeps undoing the restores: no restore for a while
 )
 
+// WithDriftLeavePods leaves the containers of Kubernetes pods (those with
+// a pod UID) out of DriftCheck: in Kubernetes mode their reference is what
+// the kubelet allocated and actuated, which agent/kube/allocdrift checks;
+// the agent's own last intent would undo a kubelet resize.
+func WithDriftLeavePods() Option { return func(a *Agent) { a.drift.leavePods = true } }
+
 // WithDriftPolicy sets what DriftCheck does about drift (default restore).
 func WithDriftPolicy(p DriftPolicy) Option { return func(a *Agent) { a.drift.policy = p } }
 
@@ -85,12 +91,13 @@ type DriftResult struct {
 
 // drifts is the drift policy and state; a.mu guards it.
 type drifts struct {
-	policy   DriftPolicy
-	window   time.Duration
-	restores int
-	state    map[string]*driftState // by container key
-	log      *slog.Logger
-	metrics  *metrics.Metrics
+	policy    DriftPolicy
+	leavePods bool
+	window    time.Duration
+	restores  int
+	state     map[string]*driftState // by container key
+	log       *slog.Logger
+	metrics   *metrics.Metrics
 }
 
 // driftState is what the agent remembers of one container's drift.
@@ -173,7 +180,7 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 		a.mu.Unlock()
 		return DriftResult{}
 	}
-	probes := probesOf(a.containers, a.act)
+	probes := probesOf(a.containers, a.act, a.drift.leavePods)
 	a.mu.Unlock()
 
 	pageSize := a.cg.PageSize()
@@ -235,10 +242,10 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 // probesOf snapshots what the idle containers should hold. A pod's
 // cgroup is checked with its speaker, and only when all its members are
 // idle.
-func probesOf(containers containers, act *actuate.Actuator) []*probe {
+func probesOf(containers containers, act *actuate.Actuator, leavePods bool) []*probe {
 	var out []*probe
 	for _, c := range containers {
-		if (!c.cpu && !c.mem) || !idle(c) {
+		if (!c.cpu && !c.mem) || !idle(c) || (leavePods && c.podUID != "") {
 			continue
 		}
 		p := &probe{c: c, path: c.cgroup, want: act.ContainerFiles(c.cgroup, c.res, c.cpu, c.mem), last: map[string]string{c.key: c.last}}

@@ -508,6 +508,35 @@ func TestDriftRestoreThroughRuntime(t *testing.T) {
 	}
 }
 
+// In Kubernetes mode (WithDriftLeavePods) a pod's container is not
+// compared with the agent's last intent: its reference is the kubelet's
+// allocation (agent/kube/allocdrift), and restoring the agent's values
+// would undo a kubelet resize. A bare cgroup is still checked.
+func TestDriftLeavePods(t *testing.T) {
+	ra := agenttest.NewRuntimeAgent(t, bigNode, agent.WithDriftLeavePods())
+	ra.AddContainer(t, "uid-1", "app", "/kubepods/pod1/ctr1")
+	it, _, err := ra.Submit(intent.Spec{Target: intent.Target{Name: "app", PodUID: "uid-1"},
+		Resources: spec("", "", nil, map[string]string{"cpu": "1", "memory": "64Mi"}).Resources})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle(t, ra.Agent, it.ID)
+	before := ra.Runtime.Updates()
+	// What a kubelet resize to 2 CPUs leaves in the files.
+	cgrouptest.SetFile(t, ra.Root, "/kubepods/pod1/ctr1", "cpu.max", "200000 100000")
+	if r := ra.DriftCheck(context.Background()); r.Checked != 0 || r.Drifted != 0 {
+		t.Fatalf("drift check of a pod's container: %+v", r)
+	}
+	for _, x := range ra.List(agent.Filter{}, "") {
+		if strings.HasPrefix(x.ID, agent.DriftIntentPrefix) {
+			t.Fatalf("drift intent %s made for a pod's container", x.ID)
+		}
+	}
+	if got := ra.File(t, "/kubepods/pod1/ctr1", "cpu.max"); got != "200000 100000" || ra.Runtime.Updates() != before {
+		t.Errorf("cpu.max %q, runtime updates %d -> %d: the kubelet's values were overwritten", got, before, ra.Runtime.Updates())
+	}
+}
+
 func TestRunDrift(t *testing.T) {
 	f := newDriftFixture(t, bigNode, nil, "/a")
 	submit(t, f.a, spec("a", "/a", nil, map[string]string{"cpu": "1"}))

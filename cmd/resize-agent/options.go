@@ -19,6 +19,7 @@ import (
 	"github.com/resizer/resize-agent/agent/apiserver"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/kube"
+	"github.com/resizer/resize-agent/agent/kube/allocdrift"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -92,6 +93,9 @@ type Options struct {
 	// KubeMemoryReclaim: reclaim ahead of the kubelet's memory limit
 	// decreases below usage (agent/kube/reclaim).
 	KubeMemoryReclaim bool `json:"kubeMemoryReclaim"`
+	// KubeDrift is the drift policy for Kubernetes pods' containers in
+	// Kubernetes mode, against the kubelet's allocation.
+	KubeDrift string `json:"kubeDrift"`
 
 	// For tests: where /proc is, and whether the cgroup root may be a plain
 	// directory.
@@ -132,6 +136,7 @@ func DefaultOptions() *Options {
 		NodeName:            os.Getenv("NODE_NAME"),
 		KubeIntake:          string(kube.ModeAnnotation),
 		KubeMemoryReclaim:   true,
+		KubeDrift:           string(allocdrift.PolicyReport),
 		procRoot:            "/proc",
 		readTimeout:         readTimeout,
 		writeTimeout:        writeTimeout,
@@ -181,6 +186,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file for the Kubernetes intake (empty: in-cluster service account)")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's name, from $NODE_NAME unless given; the Kubernetes intake watches only its pods, and is off without it")
 	fs.BoolVar(&o.KubeMemoryReclaim, "kube-memory-reclaim", o.KubeMemoryReclaim, "when the kubelet is asked to lower a memory limit below usage, bring usage under it (memory.high, memory.reclaim; never memory.max) so that the kubelet can apply it")
+	fs.StringVar(&o.KubeDrift, "kube-drift", o.KubeDrift, "in Kubernetes mode, when a pod's container cgroup no longer holds what the kubelet allocated and actuated (its status resources): report (metric, Event CgroupDrift, log), restore (also write the kubelet's values back through CRI) or off; --drift then applies to bare cgroups only")
 	fs.StringVar(&o.KubeIntake, "kube-intake", o.KubeIntake, "Kubernetes intake: annotation (resize.resizer.io/resources becomes a pods/resize patch, once deploy/'s annotation policy is in force) or off")
 }
 
@@ -221,6 +227,7 @@ type settings struct {
 	reserved    admission.Capacity
 	resync      time.Duration
 	drift       agent.DriftPolicy
+	kubeDrift   allocdrift.Policy
 	driftEvery  time.Duration
 	shutdown    time.Duration
 	idle        time.Duration
@@ -265,6 +272,11 @@ func (o *Options) validate() (settings, error) {
 	}
 	s.resync = dur("resync-interval", o.ResyncInterval)
 	s.driftEvery = dur("drift-interval", o.DriftInterval)
+	if p, err := allocdrift.ParsePolicy(o.KubeDrift); err != nil {
+		errs = append(errs, fmt.Errorf("kube-drift: %w", err))
+	} else {
+		s.kubeDrift = p
+	}
 	if p, err := agent.ParseDriftPolicy(o.Drift); err != nil {
 		errs = append(errs, fmt.Errorf("drift: %w", err))
 	} else {

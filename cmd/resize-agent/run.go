@@ -59,11 +59,25 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	agentOpts = append(agentOpts, agent.WithDriftPolicy(s.drift), agent.WithTargetScope(s.scope.Check))
 	log.Info("intent targets", "below", s.scope.Roots, "allowed", s.scope.Allowed)
 	agentOpts = append(agentOpts, agent.WithShrinkTimeout(s.shrink))
+	kc := o.kubeConfig(log.With("component", "kube"))
+	// The kubelet's capacity view, its verdicts counted, and drift of
+	// Kubernetes pods judged against its allocation (agent/kube/companion.go).
+	capCfg := kube.CapacityConfig{NodeName: kc.NodeName, Logger: log.With("component", "kube"),
+		Drift: kube.DriftConfig{Policy: s.kubeDrift, Interval: s.driftEvery, Cgroups: cg, Period: o.CPUPeriod,
+			Count: func(res, action string) { m.Drift.WithLabelValues(res, action).Inc() }}}
+	if kc.Enabled() {
+		agentOpts = append(agentOpts, agent.WithDriftLeavePods())
+		capCfg.Predictions = metrics.NewVerdictPredictions(reg)
+		// The intake asks the view before each pods/resize patch.
+		capCfg.Predictor = &kube.LivePredictor{}
+		kc.Predictor = capCfg.Predictor
+	}
 	if o.CRIEndpoint != "" {
 		rt, err := cri.Dial(o.CRIEndpoint)
 		if err != nil {
 			return err
 		}
+		capCfg.Drift.Runtime = rt
 		defer rt.Close()
 		vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if v, err := rt.Version(vctx); err != nil {
@@ -136,9 +150,9 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 
 	var ready atomic.Bool
 	mux := apiserver.NewHandler(a, apiserver.WithWatchLimits(o.MaxWatches, o.MaxWatchesPerPeer))
-	kc := o.kubeConfig(log.With("component", "kube"))
 	kubeResizes := metrics.NewKubeResize(reg)
 	if kc.Enabled() {
+		kc.Companions = append(kc.Companions, kube.Capacity(capCfg))
 		// Every resize on the node, whoever asked: its phases and pressure.
 		lat, err := latency.New(latency.Options{NodeName: kc.NodeName, Cgroups: cg, Sources: sources,
 			Metrics: kubeResizes, Logger: log.With("component", "latency")})

@@ -307,6 +307,14 @@ var forwardingRE = regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 984
 // metrics reads /metrics through kubectl port-forward (API server ->
 // kubelet -> the pod's network namespace), as a user would.
 func metrics(t *testing.T, c *cluster, pod *corev1.Pod) {
+	body := scrapeMetrics(t, c, pod)
+	t.Logf("/metrics: %d bytes, %d resize_agent_ lines", len(body), strings.Count(body, "\nresize_agent_"))
+}
+
+// scrapeMetrics returns the agent pod's /metrics, read through kubectl
+// port-forward.
+func scrapeMetrics(t *testing.T, c *cluster, pod *corev1.Pod) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.kubectl, "--kubeconfig", c.kubeconfig, "-n", agentNS, "port-forward", "pod/"+pod.Name, ":9847")
@@ -347,7 +355,7 @@ func metrics(t *testing.T, c *cluster, pod *corev1.Pod) {
 	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte("resize_agent_")) {
 		t.Fatalf("GET /metrics: %s, %d bytes, no resize_agent_ metric", resp.Status, len(body))
 	}
-	t.Logf("/metrics: %d bytes, %d resize_agent_ lines", len(body), bytes.Count(body, []byte("\nresize_agent_")))
+	return string(body)
 }
 
 // sample is one line of the watcher in the resized container: its PID 1's
