@@ -1,14 +1,10 @@
 package node_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -271,7 +267,7 @@ func TestLatency(t *testing.T) {
 	}
 
 	// The metric.
-	body := agentMetricsBody(t, c, agentPod)
+	body := []byte(scrapeMetrics(t, c, agentPod))
 	for _, p := range []string{"accepted", "admitted", "cgroup", "status"} {
 		re := regexp.MustCompile(`resize_agent_kube_resize_duration_seconds_count\{outcome="completed",phase="` + p + `"\} (\d+)`)
 		m := re.FindSubmatch(body)
@@ -357,49 +353,4 @@ func kubeletResizeMs(t *testing.T, c *cluster, node string) histo {
 		t.Log("no kubelet_pod_resize_duration_milliseconds in the kubelet's /metrics (none observed yet, or not exported)")
 	}
 	return h
-}
-
-// agentMetricsBody reads the agent's /metrics through kubectl port-forward.
-func agentMetricsBody(t *testing.T, c *cluster, pod *corev1.Pod) []byte {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, c.kubectl, "--kubeconfig", c.kubeconfig, "-n", agentNS, "port-forward", "pod/"+pod.Name, ":9847")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); cmd.Wait() }()
-	port := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := forwardingRE.FindStringSubmatch(sc.Text()); m != nil {
-				port <- m[1]
-			}
-		}
-		close(port)
-	}()
-	var p string
-	select {
-	case p = <-port:
-	case <-ctx.Done():
-	}
-	if p == "" {
-		t.Fatalf("kubectl port-forward did not forward: %s", stderr.String())
-	}
-	resp, err := http.Get("http://127.0.0.1:" + p + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	return body
 }
