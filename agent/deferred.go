@@ -25,10 +25,9 @@ func (a *Agent) retryDeferredLocked() {
 		qos        int
 	}
 	var ready []candidate
-	for c := range a.deferred {
+	for _, c := range a.containers {
 		r := c.pending
-		if r == nil || r.Status.State != intent.Deferred || a.containers[c.key] != c {
-			delete(a.deferred, c)
+		if r == nil || r.Status.State != intent.Deferred {
 			continue
 		}
 		freshCPU, freshMem := c.fresh()
