@@ -100,7 +100,8 @@ test-monitoring:
 		cd deploy/monitoring && $$promtool test rules rules_test.yaml
 
 # Every test (test/all.sh): the host tests, the VM suite with the
-# Kubernetes builds beside it, the API server tests, the real node.
+# Kubernetes builds beside it, the API server tests; the real node too
+# with TEST_NODE=1.
 test:
 	test/all.sh
 
