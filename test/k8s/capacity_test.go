@@ -136,14 +136,13 @@ func TestCapacityView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resized.Status.Conditions = append(resized.Status.Conditions, corev1.PodCondition{
-		Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: corev1.PodReasonDeferred,
-		ObservedGeneration: resized.Generation, LastTransitionTime: metav1.Now(),
-		Message: "Node didn't have enough resource: cpu, requested: 3000, used: 2850, capacity: 3700",
+	updatePodStatus(t, admin, capNS, resized.Name, func(p *corev1.Pod) {
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
+			Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: corev1.PodReasonDeferred,
+			ObservedGeneration: resized.Generation, LastTransitionTime: metav1.Now(),
+			Message: "Node didn't have enough resource: cpu, requested: 3000, used: 2850, capacity: 3700",
+		})
 	})
-	if _, err := admin.CoreV1().Pods(capNS).UpdateStatus(ctx, resized, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	eventually(t, 30*time.Second, "the observer to count the Deferred verdict", func() string {
 		omu.Lock()
 		defer omu.Unlock()

@@ -264,12 +264,10 @@ func TestCompanion(t *testing.T) {
 		// the files hold it; the intent is Completed once the agent read
 		// them back.
 		want := corev1.ResourceRequirements{Requests: rl("cpu", "500m", "memory", "64Mi"), Limits: rl("cpu", "2", "memory", "256Mi")}
-		got, _ := admin.CoreV1().Pods(ns).Get(ctx, p1.Name, metav1.GetOptions{})
-		got.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "web", Image: "busybox", ImageID: "x", ContainerID: "containerd://x", Ready: true,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}, Resources: &want, AllocatedResources: want.Requests}}
-		if _, err := admin.CoreV1().Pods(ns).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		updatePodStatus(t, admin, ns, p1.Name, func(got *corev1.Pod) {
+			got.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "web", Image: "busybox", ImageID: "x", ContainerID: "containerd://x", Ready: true,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}, Resources: &want, AllocatedResources: want.Requests}}
+		})
 		for file, v := range map[string]string{"cpu.max": "200000 100000", "memory.max": fmt.Sprint(256 << 20), "cpu.weight": "59"} {
 			if err := os.WriteFile(filepath.Join(e.ra.Root, cgroupOf(p1.UID, "web"), file), []byte(v), 0o644); err != nil {
 				t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/resizer/resize-agent/agent/agenttest"
 	"github.com/resizer/resize-agent/agent/intent"
@@ -134,6 +135,27 @@ func (e *env) annotate(p *corev1.Pod, value string) {
 	if _, err := e.admin.CoreV1().Pods(ns).Patch(context.Background(), p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// updatePodStatus sets a pod's status as the kubelet would, on the latest
+// version: the agent writes its own condition to the same pod, so a write
+// from a stale copy can meet a conflict, which the kubelet also retries.
+func updatePodStatus(t *testing.T, c kubernetes.Interface, namespace, name string, mutate func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	var out *corev1.Pod
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := c.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		mutate(p)
+		out, err = c.CoreV1().Pods(namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func eventually(t *testing.T, timeout time.Duration, what string, fn func() string) {
