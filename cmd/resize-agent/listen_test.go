@@ -275,9 +275,11 @@ func TestIdleConnectionsBounded(t *testing.T) {
 			longest = max(longest, d)
 		}
 		t.Logf("%s: %d connections answered; the longest stayed open %v after its answer", name, len(opens), longest)
-		// Loose, for a loaded machine; without the timeouts they stayed open
-		// until the client gave up (the test's limit).
-		bound := idle + 5*time.Second
+		// Loose, for a loaded machine (7.6 s seen for a 1 s idle timeout in
+		// a TCG guest sharing two host cores with another VM and builds);
+		// without the timeouts they stayed open until the client gave up
+		// (the test's limit, 60 s).
+		bound := idle + 15*time.Second
 		if name == "api-tcp" {
 			bound = 3 * time.Second // closed with the 401, not after the idle timeout
 		}
@@ -403,7 +405,9 @@ func TestWatchStreamsMemory(t *testing.T) {
 	}
 	heap1 := heap()
 	c := api.NewClient(o.Socket)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// A bound on a hung daemon, not a speed target: 300 intents to 1,000
+	// streams took 46 s in a quiet TCG guest and over 60 s in a loaded one.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var ids []string
 	for i := range resizes {

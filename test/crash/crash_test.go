@@ -72,6 +72,8 @@ type daemon struct {
 	ready   time.Duration // from exec to the API answering
 }
 
+const startBound = 2 * time.Minute
+
 func (h *harness) start(cycle int) *daemon {
 	t := h.t
 	t.Helper()
@@ -107,8 +109,12 @@ func (h *harness) start(cycle int) *daemon {
 			t.Fatalf("cycle %d: the daemon exited before serving: %v\n%s", cycle, err, d.log())
 		case <-time.After(5 * time.Millisecond):
 		}
-		if time.Since(begin) > 30*time.Second {
-			t.Fatalf("cycle %d: the daemon did not serve within 30s: %v\n%s", cycle, err, d.log())
+		// A bound on a daemon that never serves, not a start-up target:
+		// under TCG, exec to serving takes 10-17 s in a quiet guest (Go's
+		// package init, then decoding the 1.3 MB journal: about 0.1 s
+		// natively) and passed 30 s with another VM and builds beside it.
+		if time.Since(begin) > startBound {
+			t.Fatalf("cycle %d: the daemon did not serve within %v: %v\n%s", cycle, startBound, err, d.log())
 		}
 	}
 }
