@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,12 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	"github.com/resizer/resize-agent/agent/api"
 	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 )
@@ -41,6 +44,13 @@ func TestMonitoringUsesExportedMetrics(t *testing.T) {
 		t.Skip("in the VM payload, without the repository's deploy/: the host run checks the dashboard")
 	}
 	exported := scrapeNames(t)
+	// Kubernetes mode registers the prediction counter too (run.go); this
+	// daemon runs without an API server, so take its names from a registry.
+	kreg := prometheus.NewRegistry()
+	metrics.NewVerdictPredictions(kreg)
+	for n := range gatheredNames(t, kreg) {
+		exported[n] = true
+	}
 	for _, n := range pressure.MetricNames() {
 		for _, s := range []string{"", "_bucket", "_sum", "_count"} {
 			exported[n+s] = true
@@ -164,6 +174,80 @@ func walk(v any, path string, f func(path, key, v string)) {
 			walk(c, path, f)
 		}
 	}
+}
+
+// gatheredNames returns the names of the metrics a registry holds.
+func gatheredNames(t *testing.T, g prometheus.Gatherer) map[string]bool {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) == 0 {
+		t.Fatal("nothing gathered: the metric registers no series before its first observation")
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	return names
+}
+
+// TestDashboardLayout fails when two panels share a place on the grid
+// (Grafana then shuffles them on load) or an id.
+func TestDashboardLayout(t *testing.T) {
+	if _, err := os.Stat(monitoringDir); err != nil && os.Getenv("RESIZE_AGENT_REQUIRE_CGROUP2") == "1" {
+		t.Skip("in the VM payload, without the repository's deploy/: the host run checks the dashboard")
+	}
+	b, err := os.ReadFile(filepath.Join(monitoringDir, "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []panel `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Panels) < 20 {
+		t.Fatalf("only %d panels: the dashboard or its decoding is broken", len(d.Panels))
+	}
+	for _, e := range layoutErrors(d.Panels) {
+		t.Error(e)
+	}
+	// The check must be able to fail.
+	if e := layoutErrors([]panel{{ID: 1, Title: "a", Grid: grid{H: 8, W: 12}}, {ID: 1, Title: "b", Grid: grid{H: 1, W: 24, Y: 7}}}); len(e) != 2 {
+		t.Errorf("layoutErrors on an overlap and a repeated id: %q", e)
+	}
+}
+
+type grid struct{ H, W, X, Y int }
+
+type panel struct {
+	ID    int    `json:"id"`
+	Title string `json:"title"`
+	Grid  grid   `json:"gridPos"`
+}
+
+func layoutErrors(ps []panel) []string {
+	var out []string
+	ids := map[int]string{}
+	for i, a := range ps {
+		if prev, ok := ids[a.ID]; ok {
+			out = append(out, fmt.Sprintf("panels %q and %q share id %d", prev, a.Title, a.ID))
+		}
+		ids[a.ID] = a.Title
+		if a.Grid.W <= 0 || a.Grid.H <= 0 || a.Grid.X < 0 || a.Grid.X+a.Grid.W > 24 {
+			out = append(out, fmt.Sprintf("panel %q: gridPos %+v outside the 24 columns", a.Title, a.Grid))
+		}
+		for _, b := range ps[i+1:] {
+			g, h := a.Grid, b.Grid
+			if g.X < h.X+h.W && h.X < g.X+g.W && g.Y < h.Y+h.H && h.Y < g.Y+g.H {
+				out = append(out, fmt.Sprintf("panels %q %+v and %q %+v overlap", a.Title, g, b.Title, h))
+			}
+		}
+	}
+	return out
 }
 
 // scrapeNames runs the daemon on a fake tree, raises and then lowers a
