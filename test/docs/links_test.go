@@ -1,6 +1,8 @@
-// Package docs holds the repository's Markdown together with a test: every
-// relative link in a .md file names a file that exists, and a link with an
-// anchor into a Markdown file names a heading that file has.
+// Package docs holds the repository's Markdown together with tests: every
+// relative link in a .md file names a file that exists, a link with an
+// anchor into a Markdown file names a heading that file has, and every
+// resizectl, kubectl resize, resize-agent and make command the docs show
+// is one the commands accept (commands_test.go).
 package docs
 
 import (
