@@ -313,3 +313,73 @@ func scrapeNames(t *testing.T) map[string]bool {
 	io.Copy(io.Discard, resp.Body)
 	return names
 }
+
+// TestEveryAlertHasARunbookAndTests fails when an alert of rules.yaml has
+// no section in docs/runbook.md, a runbook_url that does not point at it,
+// or no promtool case in rules_test.yaml where it fires and one where it
+// stays quiet.
+func TestEveryAlertHasARunbookAndTests(t *testing.T) {
+	if _, err := os.Stat(monitoringDir); err != nil && os.Getenv("RESIZE_AGENT_REQUIRE_CGROUP2") == "1" {
+		t.Skip("in the VM payload, without the repository's deploy/: the host run checks the rules")
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	var tests struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string `json:"alertname"`
+				ExpAlerts []any  `json:"exp_alerts"`
+			} `json:"alert_rule_test"`
+		} `json:"tests"`
+	}
+	for f, v := range map[string]any{"rules.yaml": &rules, "rules_test.yaml": &tests} {
+		b, err := os.ReadFile(filepath.Join(monitoringDir, f))
+		if err == nil {
+			err = yaml.Unmarshal(b, v)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	runbook, err := os.ReadFile(filepath.Join("..", "..", "docs", "runbook.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, c := range tests.Tests {
+		for _, a := range c.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
+		}
+	}
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			n++
+			if !regexp.MustCompile(`(?m)^## ` + regexp.QuoteMeta(r.Alert) + `$`).Match(runbook) {
+				t.Errorf("%s: no section \"## %s\" in docs/runbook.md", r.Alert, r.Alert)
+			}
+			if want := "docs/runbook.md#" + strings.ToLower(r.Alert); !strings.HasSuffix(r.Annotations["runbook_url"], want) {
+				t.Errorf("%s: runbook_url %q does not end in %s", r.Alert, r.Annotations["runbook_url"], want)
+			}
+			if !fires[r.Alert] || !quiet[r.Alert] {
+				t.Errorf("%s: rules_test.yaml has it firing: %v, staying quiet: %v; want both", r.Alert, fires[r.Alert], quiet[r.Alert])
+			}
+		}
+	}
+	if n < 9 {
+		t.Errorf("only %d alerts found in rules.yaml: the decoding is broken", n)
+	}
+}
