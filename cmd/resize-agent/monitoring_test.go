@@ -383,3 +383,39 @@ func TestEveryAlertHasARunbookAndTests(t *testing.T) {
 		t.Errorf("only %d alerts found in rules.yaml: the decoding is broken", n)
 	}
 }
+
+// TestDashboardTakesContainerSeriesFromTheAgent fails when a panel reads a
+// metric the agent names as cAdvisor does (container_*) without selecting
+// the agent's job: where the kubelet's cAdvisor is scraped too, its series
+// of the same name (without pod_uid, which "All" matches) would be summed
+// in.
+func TestDashboardTakesContainerSeriesFromTheAgent(t *testing.T) {
+	if _, err := os.Stat(monitoringDir); err != nil && os.Getenv("RESIZE_AGENT_REQUIRE_CGROUP2") == "1" {
+		t.Skip("in the VM payload, without the repository's deploy/: the host run checks the dashboard")
+	}
+	b, err := os.ReadFile(filepath.Join(monitoringDir, "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d any
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	walk(d, "", func(path, key, v string) {
+		if key != "expr" {
+			return
+		}
+		for _, m := range cadvisorNamed.FindAllStringSubmatch(v, -1) {
+			n++
+			if !strings.Contains(m[2], `job=~".*resize-agent.*"`) {
+				t.Errorf("%s: %s%s does not select job=~\".*resize-agent.*\"", path, m[1], m[2])
+			}
+		}
+	})
+	if n < 4 {
+		t.Errorf("only %d container_* selectors found: the extraction is broken", n)
+	}
+}
+
+var cadvisorNamed = regexp.MustCompile(`\b(container_[a-z_]+)(\{[^}]*\})?`)
