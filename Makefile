@@ -120,5 +120,11 @@ demo:
 bench:
 	test/bench/bench.sh
 
+# The pictures under docs/img, rendered from their Graphviz sources
+# (docs/img/render.sh; commit the .dot and the .png together).
+.PHONY: docs-images
+docs-images:
+	docs/img/render.sh
+
 clean:
 	rm -rf $(BIN)
