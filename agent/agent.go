@@ -35,8 +35,10 @@ type Cgroups interface {
 }
 
 // Runtime is what the agent needs of the container runtime; *cri.Client
-// implements it.
+// implements it. Version is how the agent asks whether the runtime answers
+// (liveness.go).
 type Runtime interface {
+	Version(ctx context.Context) (string, error)
 	Find(ctx context.Context, podUID, name string) (cri.Container, error)
 	Get(ctx context.Context, id string) (cri.Container, error)
 	Update(ctx context.Context, id string, r cri.Resources) error
@@ -93,7 +95,8 @@ func WithShrinkTimeout(d time.Duration) Option { return func(a *Agent) { a.shrin
 type Agent struct {
 	cg       Cgroups
 	scope    func(field, cgroup string) error // nil: any cgroup
-	rt       Runtime
+	rt       Runtime                          // gate, when there is a runtime
+	gate     *runtimeGate                     // liveness.go
 	pressure []pressure.Source
 	exits    exitWatch // exits.go
 	drift    drifts    // drift.go
@@ -170,7 +173,9 @@ func New(cg Cgroups, ledger *admission.Ledger, opts ...Option) *Agent {
 	a.ctx, a.stop = context.WithCancelCause(context.Background())
 	a.act = &actuate.Actuator{Cgroups: cg, Period: a.period, ShrinkTimeout: a.shrinkTimeout, Metrics: a.metrics}
 	if a.rt != nil {
-		a.act.Runtime = a.rt
+		a.gate = newRuntimeGate(a.rt)
+		a.rt = a.gate
+		a.act.Runtime = a.gate
 	}
 	a.drift.log, a.drift.metrics, a.exits.log = a.log, a.metrics, a.log
 	return a
@@ -293,7 +298,17 @@ func (a *Agent) resolve(t intent.Target) (resolved, error) {
 		return resolved{}, fmt.Errorf("%w: the target names a runtime container, but this agent has no container runtime (set --cri-endpoint)", intent.ErrInvalid)
 	}
 	if out, ok := a.known(t); ok {
+		// Not asked for the container, but asked whether it answers: an
+		// intent accepted while it hangs would be sent once it resumes.
+		if err := a.gate.live(); err != nil {
+			return resolved{}, fmt.Errorf("%w: %w", ErrRuntime, err)
+		}
 		return out, nil
+	}
+	// A runtime that did not answer last time is asked briefly first,
+	// rather than waited for as long as a lookup may take.
+	if err := a.gate.unlessDown(); err != nil {
+		return resolved{}, fmt.Errorf("%w: %w", ErrRuntime, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

@@ -42,6 +42,11 @@ func (c *countingRuntime) Find(ctx context.Context, podUID, name string) (cri.Co
 	return c.Runtime.Find(ctx, podUID, name)
 }
 
+func (c *countingRuntime) Version(ctx context.Context) (string, error) {
+	c.count("Version")
+	return c.Runtime.Version(ctx)
+}
+
 func (c *countingRuntime) Get(ctx context.Context, id string) (cri.Container, error) {
 	c.count("Get")
 	return c.Runtime.Get(ctx, id)
@@ -59,9 +64,10 @@ func (c *countingRuntime) Update(ctx context.Context, id string, r cri.Resources
 
 // TestKnownContainerNoLookup: once the agent knows a runtime's container,
 // each intent for it makes exactly one UpdateContainerResources call and
-// no lookup (Find, Get) or listing of its pod; a container restarted behind
-// the agent's back (no exit watcher to tell it) is still found, by the
-// resize that finds the old one gone, and resized.
+// no lookup (Find, Get), listing of its pod or liveness probe (Version:
+// the runtime answered the last intent's update just before); a container
+// restarted behind the agent's back (no exit watcher to tell it) is still
+// found, by the resize that finds the old one gone, and resized.
 func TestKnownContainerNoLookup(t *testing.T) {
 	root := cgrouptest.FakeTree(t)
 	cg := cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())
