@@ -35,8 +35,10 @@ type Cgroups interface {
 }
 
 // Runtime is what the agent needs of the container runtime; *cri.Client
-// implements it.
+// implements it. Version is how the agent asks whether the runtime answers
+// (liveness.go).
 type Runtime interface {
+	Version(ctx context.Context) (string, error)
 	Find(ctx context.Context, podUID, name string) (cri.Container, error)
 	Get(ctx context.Context, id string) (cri.Container, error)
 	Update(ctx context.Context, id string, r cri.Resources) error
@@ -93,7 +95,8 @@ func WithShrinkTimeout(d time.Duration) Option { return func(a *Agent) { a.shrin
 type Agent struct {
 	cg       Cgroups
 	scope    func(field, cgroup string) error // nil: any cgroup
-	rt       Runtime
+	rt       Runtime                          // gate, when there is a runtime
+	gate     *runtimeGate                     // liveness.go
 	pressure []pressure.Source
 	exits    exitWatch // exits.go
 	drift    drifts    // drift.go
@@ -127,6 +130,12 @@ type Agent struct {
 	accepting  map[string]*record // being journaled, not yet acknowledged
 	containers containers
 	pods       pods // the pods of the managed containers (containers.go)
+	// deferred holds the containers whose pending intent was Deferred (and
+	// maybe some no longer), so that freeing capacity does not scan every
+	// container (deferred.go).
+	deferred map[*container]struct{}
+	resyncs  uint64 // Resync calls, for fullResync
+	specs    specs  // history.go
 }
 
 // record is an intent with what the agent derived from its spec.
@@ -156,7 +165,7 @@ func New(cg Cgroups, ledger *admission.Ledger, opts ...Option) *Agent {
 	a := &Agent{
 		cg: cg, ledger: ledger, log: slog.Default(), period: cgroup.DefaultPeriod, history: 10000,
 		now: time.Now, hub: newHub(), hist: history{intents: map[string]*record{}}, containers: containers{},
-		pods: pods{}, accepting: map[string]*record{},
+		pods: pods{}, accepting: map[string]*record{}, deferred: map[*container]struct{}{},
 	}
 	for _, o := range opts {
 		o(a)
@@ -164,7 +173,9 @@ func New(cg Cgroups, ledger *admission.Ledger, opts ...Option) *Agent {
 	a.ctx, a.stop = context.WithCancelCause(context.Background())
 	a.act = &actuate.Actuator{Cgroups: cg, Period: a.period, ShrinkTimeout: a.shrinkTimeout, Metrics: a.metrics}
 	if a.rt != nil {
-		a.act.Runtime = a.rt
+		a.gate = newRuntimeGate(a.rt)
+		a.rt = a.gate
+		a.act.Runtime = a.gate
 	}
 	a.drift.log, a.drift.metrics, a.exits.log = a.log, a.metrics, a.log
 	return a
@@ -188,7 +199,7 @@ func (a *Agent) SubmitFrom(origin intent.Origin, spec intent.Spec) (intent.Inten
 		return intent.Intent{}, false, err
 	}
 	// The stored spec must not share maps with the caller's.
-	spec.Resources = *spec.Resources.DeepCopy()
+	spec.Resources = a.specs.intern(spec.Resources)
 	spec.ResizePolicy = slices.Clone(spec.ResizePolicy)
 	res, err := a.resolve(spec.Target)
 	if err != nil {
@@ -274,6 +285,7 @@ type resolved struct {
 	pod         string // the kubelet's pod cgroup of a runtime container, if any
 	ctr         *cri.Container
 	listed      []cri.Container // the running containers of ctr's pod, by the runtime
+	known       bool            // from the agent's own record (known), not the runtime
 }
 
 // resolve finds a target, asking the runtime for a runtime's container. It
@@ -284,6 +296,19 @@ func (a *Agent) resolve(t intent.Target) (resolved, error) {
 	}
 	if a.rt == nil {
 		return resolved{}, fmt.Errorf("%w: the target names a runtime container, but this agent has no container runtime (set --cri-endpoint)", intent.ErrInvalid)
+	}
+	if out, ok := a.known(t); ok {
+		// Not asked for the container, but asked whether it answers: an
+		// intent accepted while it hangs would be sent once it resumes.
+		if err := a.gate.live(); err != nil {
+			return resolved{}, fmt.Errorf("%w: %w", ErrRuntime, err)
+		}
+		return out, nil
+	}
+	// A runtime that did not answer last time is asked briefly first,
+	// rather than waited for as long as a lookup may take.
+	if err := a.gate.unlessDown(); err != nil {
+		return resolved{}, fmt.Errorf("%w: %w", ErrRuntime, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -319,13 +344,48 @@ func (a *Agent) resolve(t intent.Target) (resolved, error) {
 	return out, nil
 }
 
+// known resolves a runtime target the agent manages already from what the
+// runtime reported when the agent last asked, without asking again: the
+// kubelet, too, resizes a container it knows from its own pod cache
+// rather than looking it up per resize (pkg/kubelet/kuberuntime,
+// computePodResizeAction works from the cached podStatus). The record is
+// dropped when it may be stale: the container exited or was restarted
+// (exits.go), or a resize failed (apply), which also looks the container
+// up again and retries when it was replaced behind the agent's back.
+func (a *Agent) known(t intent.Target) (resolved, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var c *container
+	switch {
+	case t.PodUID != "":
+		c = a.containers[Key{PodUID: t.PodUID, Name: t.Name}.String()]
+	case t.ContainerID != "":
+		if c = a.containers[Key{ContainerID: t.ContainerID}.String()]; c == nil {
+			for _, o := range a.containers {
+				if o.runtimeID == t.ContainerID {
+					c = o
+					break
+				}
+			}
+		}
+	}
+	if c == nil || c.ctr == nil || c.ctr.ID != c.runtimeID || c.exited != "" {
+		return resolved{}, false
+	}
+	ct := *c.ctr
+	return resolved{key: c.key, cgroup: c.cgroup, pod: podCgroupOf(c.cgroup, ct.PodUID), ctr: &ct, known: true}, true
+}
+
 // containerLocked finds or, on first sight, registers the target. A new
 // container's limits are inferred from its cgroup; it holds nothing on the
 // ledger until an intent declares its requests.
 func (a *Agent) containerLocked(t intent.Target, res resolved) (*container, error) {
 	if t.PodCgroupPath == "" && res.pod != "" {
-		// The kubelet's pod cgroup, kept in step unless it cannot be read.
-		if _, err := a.cg.Read(res.pod); err == nil {
+		// The kubelet's pod cgroup, kept in step unless it cannot be read
+		// (read once: a container known with it keeps it).
+		if c, ok := a.containers[res.key]; ok && c.podPath() == res.pod {
+			t.PodCgroupPath = res.pod
+		} else if _, err := a.cg.Read(res.pod); err == nil {
 			t.PodCgroupPath = res.pod
 		}
 	}
@@ -341,6 +401,7 @@ func (a *Agent) containerLocked(t intent.Target, res resolved) (*container, erro
 			old := c.cgroup
 			c.runtimeID, c.cgroup = res.ctr.ID, res.cgroup
 			a.exits.follow(c, old)
+			c.pod.staleListing()
 		}
 		a.learnRuntimeLocked(c, res)
 		return c, nil
@@ -388,15 +449,17 @@ func (a *Agent) containerLocked(t intent.Target, res resolved) (*container, erro
 // c's undeclared resources and for its pod's other containers. It holds
 // nothing on the ledger until an intent is admitted.
 func (a *Agent) learnRuntimeLocked(c *container, res resolved) {
-	if res.ctr == nil || res.ctr.ID != c.runtimeID {
+	if res.ctr == nil || res.ctr.ID != c.runtimeID || res.known {
 		return
 	}
 	if r, ok := reportedResources(res.ctr.Resources); ok {
 		c.adoptReported(r)
 	}
 	c.kubeletHigh = res.ctr.Resources.MemoryHigh > 0
+	ct := *res.ctr
+	c.ctr = &ct
 	if c.pod != nil && res.listed != nil {
-		c.pod.setOthers(res.listed)
+		c.pod.setListing(res.listed)
 	}
 }
 

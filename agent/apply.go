@@ -78,6 +78,7 @@ func (a *Agent) admitLocked(c *container, r *record) (intent.Resources, bool) {
 		if first || r.Status.Message != d.Message {
 			a.setLocked(r, intent.Deferred, intent.ReasonDeferred, d.Message)
 		}
+		a.deferred[c] = struct{}{}
 		if first {
 			r.deferredAt = a.now()
 			a.log.Info("intent deferred", "intent", r.ID, "container", c.name, "message", d.Message)
@@ -113,34 +114,43 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 		pd.resize.Lock()
 		defer pd.resize.Unlock()
 	}
-	var listed []cri.Container
-	if pd != nil {
-		listed = podContainers(context.Background(), a.act, a.log, podUID)
-	}
 	reported := a.reportedFor(rid, r.Spec)
 
-	a.mu.Lock()
-	old, runtimeID := c.res, c.runtimeID
-	cpu := c.cpu || r.change.Touches(corev1.ResourceCPU)
-	mem := c.mem || r.change.Touches(corev1.ResourceMemory)
-	// A restart is not idempotent: an intent that restarted its container
-	// before the agent stopped finds the next attempt running and is applied
-	// to it in place, verified like any other.
-	restartedBefore := r.restarting != "" && r.restarting != runtimeID
-	job := actuate.Job{
-		Want: want, Old: old, CPU: cpu, Memory: mem, RuntimeID: runtimeID, KubeletMemoryHigh: c.kubeletHigh,
-		Restart:               runtimeID != "" && a.restartNeeded(r.Spec, old, want, reported, runtimeID == rid, c.mem) && !restartedBefore,
-		AllowMemoryBelowUsage: r.Spec.AllowMemoryBelowUsage,
-		Container:             actuate.Level{Path: c.cgroup, Want: a.act.ContainerFiles(c.cgroup, want, cpu, mem)},
-		BeforeRestart:         func() error { return a.markRestarting(r, runtimeID) },
-	}
-	if pd != nil {
-		job.Pod = &actuate.Level{Path: pd.cgroup, Want: a.act.PodFiles(pd.cgroup, podUID, pd.sizing(c, want, cpu, mem), listed)}
-	}
-	a.mu.Unlock()
+	var (
+		old             intent.Resources
+		runtimeID       string
+		cpu, mem        bool
+		restartedBefore bool
+		out             actuate.Result
+	)
+	for retried := false; ; retried = true {
+		listed := a.podListing(pd, podUID)
+		a.mu.Lock()
+		old, runtimeID = c.res, c.runtimeID
+		cpu = c.cpu || r.change.Touches(corev1.ResourceCPU)
+		mem = c.mem || r.change.Touches(corev1.ResourceMemory)
+		// A restart is not idempotent: an intent that restarted its container
+		// before the agent stopped finds the next attempt running and is applied
+		// to it in place, verified like any other.
+		restartedBefore = r.restarting != "" && r.restarting != runtimeID
+		job := actuate.Job{
+			Want: want, Old: old, CPU: cpu, Memory: mem, RuntimeID: runtimeID, KubeletMemoryHigh: c.kubeletHigh,
+			Restart:               runtimeID != "" && a.restartNeeded(r.Spec, old, want, reported, runtimeID == rid, c.mem) && !restartedBefore,
+			AllowMemoryBelowUsage: r.Spec.AllowMemoryBelowUsage,
+			Container:             actuate.Level{Path: c.cgroup, Want: a.act.ContainerFiles(c.cgroup, want, cpu, mem)},
+			BeforeRestart:         func() error { return a.markRestarting(r, runtimeID) },
+		}
+		if pd != nil {
+			job.Pod = &actuate.Level{Path: pd.cgroup, Want: a.act.PodFiles(pd.cgroup, podUID, pd.sizing(c, want, cpu, mem), listed)}
+		}
+		a.mu.Unlock()
 
-	out := a.act.Do(a.ctx, job)
-	logActuation(a.log, r.ID, out)
+		out = a.act.Do(a.ctx, job)
+		logActuation(a.log, r.ID, out)
+		if retried || out.State != intent.Failed || out.Reason != intent.ReasonContainerGone || out.Restarted != nil || !a.replaced(c, runtimeID) {
+			break
+		}
+	}
 	observePhases(a.metrics, r, out)
 
 	a.mu.Lock()
@@ -152,6 +162,10 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 		r.Status.Via = out.Via
 	} else {
 		a.ledger.Set(c.key, requests(old))
+		// What the agent knew of the container and its pod may be what
+		// failed: ask the runtime again next time.
+		c.ctr = nil
+		c.pod.staleListing()
 	}
 	if restartedBefore {
 		r.Status.Restarted, r.Status.ContainerID = true, c.runtimeID
@@ -164,6 +178,9 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 		old := c.cgroup
 		c.runtimeID, c.cgroup = out.Restarted.ID, out.Cgroup
 		a.exits.follow(c, old)
+		ct := *out.Restarted
+		c.ctr = &ct
+		c.pod.staleListing()
 		r.Status.Restarted, r.Status.ContainerID = true, out.Restarted.ID
 		r.Status.Via = "restart"
 	}
@@ -217,6 +234,65 @@ func (a *Agent) restartNeeded(spec intent.Spec, old, want intent.Resources, repo
 	cpu, mem := actuate.RuntimeDiffers(*reported, want, a.period)
 	mem = mem || (memDeclared && old.MemoryRequest != want.MemoryRequest)
 	return (pol[corev1.ResourceCPU] == corev1.RestartContainer && cpu) || (pol[corev1.ResourceMemory] == corev1.RestartContainer && mem)
+}
+
+// podListing is what the runtime last listed of the pod's containers, for
+// the pod cgroup's sums. It lists again only when that may be stale
+// (pod.listedOK), or when the pod has containers the agent does not
+// manage: their resources change behind its back (the kubelet resizes
+// them), and the pod cgroup must leave them room. A pod whose containers
+// are all managed is summed from the agent's own records. Called with the
+// pod's resize lock held.
+func (a *Agent) podListing(pd *pod, podUID string) []cri.Container {
+	if pd == nil {
+		return nil
+	}
+	a.mu.Lock()
+	listed, ok := pd.listed, pd.listedOK && len(pd.others) == 0
+	a.mu.Unlock()
+	if ok {
+		return listed
+	}
+	listed = podContainers(context.Background(), a.act, a.log, podUID)
+	a.mu.Lock()
+	pd.setListing(listed)
+	a.mu.Unlock()
+	return listed
+}
+
+// replaced reports whether the runtime runs another container in place of
+// c's runtimeID, which a resize just found gone, and if so follows it: the
+// agent resolves a known container from its own record (known), so a
+// container restarted behind its back, before the exit watcher or a
+// resync told it, is found here and the resize tried again on it.
+func (a *Agent) replaced(c *container, runtimeID string) bool {
+	a.mu.Lock()
+	podUID, name := c.podUID, c.name
+	a.mu.Unlock()
+	if podUID == "" || a.rt == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(a.ctx, 15*time.Second)
+	defer cancel()
+	ct, err := a.rt.Find(ctx, podUID, name)
+	if err != nil || !ct.Running() || ct.ID == runtimeID {
+		return false
+	}
+	p, err := a.cg.PathOf(ct.PID)
+	if err != nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.containers[c.key] != c || c.runtimeID != runtimeID {
+		return false
+	}
+	old := c.cgroup
+	c.runtimeID, c.cgroup, c.ctr = ct.ID, p, &ct
+	a.exits.follow(c, old)
+	c.pod.staleListing()
+	a.log.Info("container restarted by its runtime; following the new one", "container", c.name, "runtimeID", c.runtimeID, "cgroup", c.cgroup)
+	return true
 }
 
 // podContainers lists a pod's running containers for the pod cgroup's sum;

@@ -70,6 +70,14 @@ type container struct {
 	admitted *admittedIntent
 	// exited is the cgroup reported emptied while the worker ran.
 	exited string
+	// ctr is the runtime's container as the runtime last reported it, which
+	// resolves the container's next intents without asking the runtime
+	// again; nil when the agent must ask (it never did, a resize failed, the
+	// container was restarted). See Agent.known.
+	ctr *cri.Container
+	// watched: the exit watcher reports when its cgroup empties or goes,
+	// so that Resync need not look (but for its every fullResync-th round).
+	watched bool
 }
 
 func (c *container) podPath() string {
@@ -149,6 +157,26 @@ type pod struct {
 	// (the kubelet resizes a pod as one unit, doPodResizeAction). It is
 	// taken without a.mu held, and a.mu may be taken under it.
 	resize sync.Mutex
+	// listed is the pod's running containers as the runtime last listed
+	// them, for the pod cgroup's sums; listedOK false: list again before the
+	// next resize. Refreshed at registration, by the drift check, and after
+	// a member exits, is restarted or fails a resize, so that a resize
+	// does not list the pod (issue 16).
+	listed   []cri.Container
+	listedOK bool
+}
+
+// setListing records the pod's containers as the runtime listed them.
+func (p *pod) setListing(listed []cri.Container) {
+	p.setOthers(listed)
+	p.listed, p.listedOK = listed, listed != nil
+}
+
+// staleListing makes the next resize of the pod list it again.
+func (p *pod) staleListing() {
+	if p != nil {
+		p.listedOK = false
+	}
 }
 
 // pods are the pods of the managed containers, by pod cgroup path; a.mu
@@ -315,13 +343,22 @@ func (a *Agent) forgetLocked(c *container, why string) {
 	a.retryDeferredLocked()
 }
 
+// fullResync: every fullResync-th Resync also looks at the containers
+// the exit watcher watches, in case it missed an event.
+const fullResync = 6
+
 // Resync forgets containers whose cgroup has gone, which frees their
-// capacity for Deferred intents.
+// capacity for Deferred intents. The containers the exit watcher watches
+// are looked at only every fullResync-th time: the watcher reports their
+// exits as they happen, and a resync of every container every interval
+// was most of the agent's idle CPU with 1,000 of them (issue 16).
 func (a *Agent) Resync() {
 	a.mu.Lock()
+	a.resyncs++
+	full := a.resyncs%fullResync == 0
 	var idle []*container
 	for _, c := range a.containers {
-		if !c.running {
+		if !c.running && (full || !c.watched) {
 			idle = append(idle, c)
 		}
 	}

@@ -25,9 +25,10 @@ func (a *Agent) retryDeferredLocked() {
 		qos        int
 	}
 	var ready []candidate
-	for _, c := range a.containers {
+	for c := range a.deferred {
 		r := c.pending
-		if r == nil || r.Status.State != intent.Deferred {
+		if r == nil || r.Status.State != intent.Deferred || a.containers[c.key] != c {
+			delete(a.deferred, c)
 			continue
 		}
 		freshCPU, freshMem := c.fresh()

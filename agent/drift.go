@@ -213,6 +213,10 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 	defer a.mu.Unlock()
 	var res DriftResult
 	for _, p := range probes {
+		if pd := a.pods[p.pod]; pd != nil && p.listed != nil {
+			// The periodic refresh of what resizes sum the pod with.
+			pd.setListing(p.listed)
+		}
 		if p.readErr != nil || ctx.Err() != nil || a.closing || !p.unchanged(a.containers[p.c.key]) {
 			continue
 		}

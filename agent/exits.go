@@ -26,13 +26,16 @@ type exitWatch struct {
 // follow starts watching c's cgroup for its exit, and stops watching old
 // (its previous cgroup, when it was restarted), if not "".
 func (x exitWatch) follow(c *container, old string) {
+	c.watched = false
 	if x.w == nil {
 		return
 	}
 	if old != "" && old != c.cgroup {
 		x.w.Unwatch(old)
 	}
-	if err := x.w.Watch(c.cgroup); err != nil {
+	err := x.w.Watch(c.cgroup)
+	c.watched = err == nil
+	if err != nil {
 		// Resync still finds the cgroup gone, only later.
 		x.log.Warn("cannot watch container for its exit", "container", c.name, "cgroup", c.cgroup, "err", err)
 	}
@@ -52,6 +55,8 @@ func (a *Agent) handleExit(ctx context.Context, e cgroup.Event) {
 		a.mu.Unlock()
 		return
 	}
+	c.ctr = nil // whatever follows, ask the runtime again
+	c.pod.staleListing()
 	if c.running || c.admitted != nil {
 		// The worker forgets it when its apply ends (see apply).
 		c.exited = e.Path
@@ -88,8 +93,9 @@ func (a *Agent) handleExit(ctx context.Context, e cgroup.Event) {
 		return
 	}
 	old := c.cgroup
-	c.runtimeID, c.cgroup = next.ID, nextCgroup
+	c.runtimeID, c.cgroup, c.ctr = next.ID, nextCgroup, next
 	a.exits.follow(c, old)
+	c.pod.staleListing()
 	a.log.Info("container restarted by its runtime; following the new one", "container", c.name, "runtimeID", c.runtimeID, "cgroup", c.cgroup)
 }
 

@@ -3,6 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/resizer/resize-agent/agent/intent"
 )
@@ -30,6 +36,17 @@ func (h *history) evict(size int) {
 	if excess <= 0 {
 		return
 	}
+	// The oldest are nearly always terminal: drop them off the front
+	// without copying the rest, which every accepted intent would pay
+	// once the history is full (issue 16).
+	i := 0
+	for ; i < excess && h.intents[h.order[i]].Status.State.Terminal(); i++ {
+		delete(h.intents, h.order[i])
+	}
+	h.order, excess = h.order[i:], excess-i
+	if excess == 0 {
+		return
+	}
 	kept := h.order[:0]
 	for _, id := range h.order {
 		if excess > 0 && h.intents[id].Status.State.Terminal() {
@@ -40,6 +57,59 @@ func (h *history) evict(size int) {
 		kept = append(kept, id)
 	}
 	h.order = kept
+}
+
+// specs shares one copy of each resources section among the intents that
+// ask for the same: the history holds up to 10,000 intents, and a copy of
+// their requests and limits maps was most of the agent's memory with 1,000
+// managed containers (issue 16). The shared maps are never written: an
+// intent's spec is fixed once accepted.
+type specs struct {
+	mu   sync.Mutex
+	byID map[string]corev1.ResourceRequirements
+}
+
+// maxSpecs bounds the table; past it, it starts again (the intents keep
+// the copies they have).
+const maxSpecs = 4096
+
+// intern returns a copy of r that shares no map with the caller's r.
+func (s *specs) intern(r corev1.ResourceRequirements) corev1.ResourceRequirements {
+	if len(r.Claims) > 0 {
+		return *r.DeepCopy()
+	}
+	var key strings.Builder
+	for _, l := range []corev1.ResourceList{r.Requests, r.Limits} {
+		if l == nil {
+			key.WriteString("nil;")
+			continue
+		}
+		names := slices.Sorted(maps.Keys(l))
+		for _, n := range names {
+			// As the API shows it: "1" and "1000m" are kept apart.
+			js, err := l[n].MarshalJSON()
+			if err != nil {
+				return *r.DeepCopy()
+			}
+			key.WriteString(string(n))
+			key.WriteByte('=')
+			key.Write(js)
+			key.WriteByte(',')
+		}
+		key.WriteByte(';')
+	}
+	k := key.String()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.byID[k]; ok {
+		return c
+	}
+	if s.byID == nil || len(s.byID) >= maxSpecs {
+		s.byID = map[string]corev1.ResourceRequirements{}
+	}
+	c := *r.DeepCopy()
+	s.byID[k] = c
+	return c
 }
 
 // Get returns an intent by ID.

@@ -48,6 +48,8 @@ type fakeRuntime struct {
 	onRestart func(cri.Resources) cri.Container
 }
 
+func (f *fakeRuntime) Version(context.Context) (string, error) { return "fake 0", nil }
+
 func (f *fakeRuntime) Find(_ context.Context, uid, name string) (cri.Container, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
@@ -28,6 +30,12 @@ type Manager struct {
 	// failWrite, set only by tests, makes the write of a file fail.
 	failWrite func(file string) error
 	sd        *systemdDriver // nil: cgroupfs driver (see WithDriver)
+	// root is the mountpoint opened once, for dir's openat2; rootErr why
+	// it could not be, or why openat2 is not to be used (then dir walks).
+	rootOnce sync.Once
+	root     int
+	rootErr  error
+	walk     atomic.Bool // openat2 refused once: walk from then on
 }
 
 // Option configures a Manager.
@@ -113,6 +121,15 @@ func (m *Manager) dir(p string) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
+	switch err := m.resolve(clean); {
+	case err == nil:
+		return clean, filepath.Join(m.mountpoint, clean), nil
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
+		// ELOOP: a symlink on the way (RESOLVE_NO_SYMLINKS).
+		return "", "", fmt.Errorf("%w: %s", ErrNotFound, clean)
+	case !errors.Is(err, errWalk):
+		return "", "", fmt.Errorf("cgroup %s: %w", clean, err)
+	}
 	d := m.mountpoint
 	for _, elem := range strings.Split(clean[1:], "/") {
 		d = filepath.Join(d, elem)
@@ -127,6 +144,48 @@ func (m *Manager) dir(p string) (string, string, error) {
 		}
 	}
 	return clean, d, nil
+}
+
+// errWalk says that dir must check the path itself, element by element.
+var errWalk = errors.New("openat2 unavailable")
+
+// resolve checks, with one openat2 below the mountpoint, that every
+// element of clean is a directory and none a symlink: what dir's walk
+// checks with a stat per element, which a resize paid twice per cgroup
+// (issue 16). It returns errWalk where openat2 is missing (before Linux
+// 5.6) or declines (EAGAIN, a rename racing it).
+func (m *Manager) resolve(clean string) error {
+	m.rootOnce.Do(func() {
+		m.root, m.rootErr = unix.Open(m.mountpoint, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if m.rootErr != nil {
+			m.rootErr = errWalk // the walk says what is wrong with it
+		}
+	})
+	if m.rootErr != nil {
+		return m.rootErr
+	}
+	rel := "."
+	if clean != "/" {
+		rel = clean[1:]
+	}
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
+	for {
+		fd, err := unix.Openat2(m.root, rel, &how)
+		switch {
+		case err == nil:
+			unix.Close(fd)
+			return nil
+		case err == unix.EINTR:
+			continue
+		case err == unix.ENOSYS || err == unix.EPERM:
+			// EPERM: a seccomp filter that does not know openat2.
+			m.walk.Store(true)
+			return errWalk
+		case err == unix.EAGAIN:
+			return errWalk
+		}
+		return err
+	}
 }
 
 // Exists reports whether the cgroup p exists.
@@ -183,14 +242,49 @@ func readInto(d, file string, s *State) error {
 }
 
 func readFile(dir, name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, name))
+	b, err := readSmall(filepath.Join(dir, name))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("%w: %s has no %s (controller not enabled for it?)", ErrNotFound, dir, name)
 		}
 		return "", err
 	}
-	return strings.TrimSpace(string(b)), nil
+	return strings.TrimSpace(b), nil
+}
+
+// readSmall reads a file with open, read and close alone. os.ReadFile
+// also stats the file and registers it with the runtime's poller (cgroupfs
+// files are pollable), which made the reads the largest part of a resize's
+// own cost (issue 16). The errors are os.ReadFile's.
+func readSmall(p string) (string, error) {
+	var fd int
+	var err error
+	for {
+		if fd, err = unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return "", &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	defer unix.Close(fd)
+	var small [512]byte
+	b := small[:0]
+	for {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, cap(b))
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return "", &fs.PathError{Op: "read", Path: p, Err: err}
+		case n == 0:
+			return string(b), nil
+		}
+		b = b[:len(b)+n]
+	}
 }
 
 // Write writes r to the cgroup p through containerd/cgroups, reads every file

@@ -2,6 +2,7 @@ package cgroup_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -128,29 +129,53 @@ func TestWriteReadFake(t *testing.T) {
 	}
 }
 
+// TestWriteRejectsBadPaths, with openat2 and with the walk that stands in
+// for it on kernels without.
 func TestWriteRejectsBadPaths(t *testing.T) {
+	for _, walk := range []bool{false, true} {
+		t.Run(fmt.Sprintf("walk=%v", walk), func(t *testing.T) { testWriteRejectsBadPaths(t, walk) })
+	}
+}
+
+func testWriteRejectsBadPaths(t *testing.T, walk bool) {
 	root := cgrouptest.FakeTree(t, "/pod/c1")
 	outside := t.TempDir()
 	if err := os.Symlink(outside, root+"/link"); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Symlink(outside, root+"/pod/inner"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(outside+"/c2", 0o755); err != nil {
+		t.Fatal(err)
+	}
 	m := cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())
+	if walk {
+		cgroup.SetWalk(m)
+	}
+	if err := m.Write("/pod/c1", cgroup.Resources{CPUWeight: ptr(uint64(7))}); err != nil {
+		t.Fatal(err)
+	}
 	r := cgroup.Resources{CPUWeight: ptr(uint64(5))}
 	for p, want := range map[string]error{
-		"../x":         cgroup.ErrInvalidPath,
-		"/pod/../../x": cgroup.ErrInvalidPath,
-		"/":            cgroup.ErrInvalidPath,
-		"/nope":        cgroup.ErrNotFound,
-		"/link":        cgroup.ErrNotFound,
-		"/pod/cpu.max": cgroup.ErrNotFound,
-		"/pod/c1/":     cgroup.ErrInvalidPath,
+		"../x":          cgroup.ErrInvalidPath,
+		"/pod/../../x":  cgroup.ErrInvalidPath,
+		"/":             cgroup.ErrInvalidPath,
+		"/nope":         cgroup.ErrNotFound,
+		"/link":         cgroup.ErrNotFound,
+		"/pod/inner/c2": cgroup.ErrNotFound,
+		"/pod/cpu.max":  cgroup.ErrNotFound,
+		"/pod/c1/":      cgroup.ErrInvalidPath,
 	} {
 		if err := m.Write(p, r); !errors.Is(err, want) {
 			t.Errorf("Write(%q) = %v, want %v", p, err, want)
 		}
 	}
-	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
 		t.Errorf("a write escaped the root: %v", entries)
+	}
+	if entries, _ := os.ReadDir(outside + "/c2"); len(entries) != 0 {
+		t.Errorf("a write escaped the root: c2/%v", entries)
 	}
 }
 

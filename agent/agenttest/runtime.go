@@ -71,6 +71,9 @@ func (r *Runtime) Updates() int {
 	return r.updates
 }
 
+// Version implements agent.Runtime.
+func (r *Runtime) Version(context.Context) (string, error) { return "agenttest 0", nil }
+
 // Find implements agent.Runtime.
 func (r *Runtime) Find(_ context.Context, podUID, name string) (cri.Container, error) {
 	r.mu.Lock()
