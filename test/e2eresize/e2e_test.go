@@ -3,7 +3,9 @@ package e2eresize
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -168,15 +170,29 @@ type env struct {
 // containerd's record are compared with a kubelet-driven node's.
 func TestKubeletE2EResizeCases(t *testing.T) {
 	mnt, base := cgrouptest.Real(t)
+	// Under TCG on a loaded host a sandbox has taken over a minute to
+	// start: allow what the kubelet allows.
+	ctrtest.CallTimeout = 4 * time.Minute
 	rt := ctrtest.Dial(t)
 	cg := cgroup.New(cgroup.WithMountpoint(mnt))
-	srv := agenttest.ServeWith(t, cg, admission.Capacity{MilliCPU: 64000, Memory: 64 << 30}, agent.WithRuntime(rt.CRI))
+	opts := []agent.Option{agent.WithRuntime(rt.CRI)}
+	if os.Getenv("E2E_RESIZE_AGENT_LOG") == "1" {
+		opts = append(opts, agent.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
+	}
+	srv := agenttest.ServeWith(t, cg, admission.Capacity{MilliCPU: 64000, Memory: 64 << 30}, opts...)
 	e := &env{Runtime: rt, mnt: mnt, base: base, c: api.NewClient(srv.Socket)}
+	var only *regexp.Regexp
+	if re := os.Getenv("E2E_RESIZE_CASES"); re != "" {
+		var err error
+		if only, err = regexp.Compile(re); err != nil {
+			t.Fatalf("E2E_RESIZE_CASES: %v", err)
+		}
+	}
 	tl := &tally{}
 	deadline, hasDeadline := t.Deadline()
 	notRun := 0
 	for _, tc := range cases() {
-		if !selected(tc.name) {
+		if !selected(tc.name, only) {
 			continue
 		}
 		// Under TCG a case can take minutes: stop in time to report
@@ -185,7 +201,9 @@ func TestKubeletE2EResizeCases(t *testing.T) {
 			notRun++
 			continue
 		}
+		t0 := time.Now()
 		t.Run(tc.name, func(t *testing.T) { e.run(t, tc, tl) })
+		t.Logf("%s: %.1fs (guest uptime %s)", tc.name, time.Since(t0).Seconds(), uptime())
 	}
 	if notRun > 0 {
 		t.Errorf("%d case(s) not run before the test binary's deadline (slow VM); run with a longer -test.timeout", notRun)
@@ -209,6 +227,7 @@ func (e *env) run(t *testing.T, tc resizeCase, tl *tally) {
 		from, to = append(from, c.from), append(to, c.to)
 	}
 	var podPath string
+	t0 := time.Now()
 	p := e.RunPod(t, func(uid string) string {
 		qos := cgrouptest.Child(t, e.mnt, e.base, "kubepods"+strings.TrimSuffix("-"+qosParent(from), "/"))
 		podPath = cgrouptest.Child(t, e.mnt, qos, "pod"+uid)
@@ -221,6 +240,7 @@ func (e *env) run(t *testing.T, tc resizeCase, tl *tally) {
 	for _, c := range tc.ctrs {
 		ids[c.name] = e.RunContainer(t, p, c.name, kubeletCRI(c.from), "/bin/busybox", "sleep", "3600")
 	}
+	t.Logf("pod and %d container(s) started in %.1fs", len(tc.ctrs), time.Since(t0).Seconds())
 	// The intake's first sight: every container's current spec declared.
 	if tc.refuse == "" {
 		e.step(t, tl, p, podPath, tc, "declare", from, from, ids, false)
@@ -265,6 +285,8 @@ func spec(uid string, c ctr, a, b rr) intent.Spec {
 // step submits every container's intent at once and compares the result.
 func (e *env) step(t *testing.T, tl *tally, p ctrtest.Pod, podPath string, tc resizeCase, name string, before, after []rr, ids map[string]cri.Container, judge bool) {
 	t.Helper()
+	t0 := time.Now()
+	defer func() { t.Logf("%s: %.1fs", name, time.Since(t0).Seconds()) }()
 	var wg sync.WaitGroup
 	results := make([]intent.Intent, len(tc.ctrs))
 	for i, c := range tc.ctrs {
@@ -391,11 +413,24 @@ func (e *env) refused(t *testing.T, tl *tally, p ctrtest.Pod, podPath string, tc
 	e.record(t, tl, tc.name+" "+c.name, ct.ID, c.from)
 }
 
+// uptime is the guest's, to line the test's log up with the console.
+func uptime() string {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0] + "s"
+}
+
 // selected keeps the VM run within its time under TCG: every entry of each
 // table with no restart and with both restarts, the memory-restart entries
 // on requests, and every multi-container, extended and refusal case.
-// E2E_RESIZE_ALL=1 runs all.
-func selected(name string) bool {
+// E2E_RESIZE_ALL=1 runs all; E2E_RESIZE_CASES (a regexp) only the cases
+// whose name matches, for re-running a few.
+func selected(name string, only *regexp.Regexp) bool {
+	if only != nil {
+		return only.MatchString(name)
+	}
 	if os.Getenv("E2E_RESIZE_ALL") == "1" {
 		return true
 	}
