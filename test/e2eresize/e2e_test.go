@@ -298,16 +298,23 @@ func (e *env) run(t *testing.T, tc resizeCase, tl *tally) {
 		cgrouptest.SetFile(t, e.mnt, podPath, f, v)
 	}
 	t.Logf("pod and %d container(s) started in %.1fs", len(tc.ctrs), time.Since(t0).Seconds())
-	// The intake's first sight: every container's current spec declared.
-	if tc.refuse == "" {
-		e.step(t, tl, p, podPath, tc, "declare", from, from, ids, false)
+	// A refusal is tried twice: as the agent's first sight of the
+	// container (judged from what the runtime reports), then once its
+	// spec is declared (judged as the API server judges it, knowing the
+	// spec).
+	if tc.refuse != "" && !tc.needsSpec {
+		e.refused(t, tl, p, podPath, tc, "first sight", from, ids)
 	}
+	// The intake's first sight: every container's current spec declared.
+	e.step(t, tl, p, podPath, tc, "declare", from, from, ids, false)
 	if tc.refuse != "" {
-		e.refused(t, tl, p, podPath, tc, from, ids)
+		e.refused(t, tl, p, podPath, tc, "declared", from, ids)
 		return
 	}
 	e.step(t, tl, p, podPath, tc, "resize", from, to, ids, true)
-	e.step(t, tl, p, podPath, tc, "rollback", to, from, ids, true)
+	if !tc.noRollback {
+		e.step(t, tl, p, podPath, tc, "rollback", to, from, ids, true)
+	}
 }
 
 // spec is the intent for container c going from a to b: every value b
@@ -434,8 +441,9 @@ func (e *env) record(t *testing.T, tl *tally, what, id string, r rr) {
 }
 
 // refused submits the refused change and checks that nothing changed.
-func (e *env) refused(t *testing.T, tl *tally, p ctrtest.Pod, podPath string, tc resizeCase, from []rr, ids map[string]cri.Container) {
+func (e *env) refused(t *testing.T, tl *tally, p ctrtest.Pod, podPath string, tc resizeCase, when string, from []rr, ids map[string]cri.Container) {
 	c := tc.ctrs[0]
+	tc.name += " (" + when + ")"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	it, _, err := e.c.Submit(ctx, spec(p.UID, c, c.from, c.to))
