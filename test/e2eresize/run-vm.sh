@@ -6,11 +6,12 @@
 # Environment (all optional):
 #   E2E_RESIZE_ALL=1         all 56 cases, not the default 29
 #   E2E_RESIZE_CASES=REGEXP  only the cases whose name matches (Go regexp)
+#   E2E_RESIZE_PARALLEL=N    cases run side by side (4)
 #   E2E_RESIZE_TIMEOUT=MIN   the test binary's -test.timeout in minutes (50)
 #   E2E_RESIZE_CPUS, E2E_RESIZE_MEM  the VM's vCPUs (2) and memory (3G)
 #   E2E_RESIZE_AGENT_LOG=1   the agent's log on the console
 #   E2E_RESIZE_MONITOR=0     no load/pressure/top lines every minute
-# The whole default set took about ... minutes under TCG (docs/testing.md).
+# Times and counts of the last runs: docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -41,7 +42,7 @@ sh /payload/run-tests.sh
 EOF
 
 envs=(--env RESIZE_AGENT_REQUIRE_CGROUP2=1 --env "VM_TEST_TIMEOUT_test_e2eresize=${minutes}m")
-for v in E2E_RESIZE_ALL E2E_RESIZE_CASES E2E_RESIZE_AGENT_LOG E2E_RESIZE_MONITOR; do
+for v in E2E_RESIZE_ALL E2E_RESIZE_CASES E2E_RESIZE_PARALLEL E2E_RESIZE_AGENT_LOG E2E_RESIZE_MONITOR; do
 	[[ -n ${!v:-} ]] && envs+=(--env "$v=${!v}")
 done
 test/vm/vm.sh prepare
