@@ -7,7 +7,7 @@
 #   E2E_RESIZE_ALL=1         all 56 cases, not the default 29
 #   E2E_RESIZE_CASES=REGEXP  only the cases whose name matches (Go regexp)
 #   E2E_RESIZE_PARALLEL=N    cases run side by side (4)
-#   E2E_RESIZE_TIMEOUT=MIN   the test binary's -test.timeout in minutes (50)
+#   E2E_RESIZE_TIMEOUT=MIN   the test binary's -test.timeout in minutes (30)
 #   E2E_RESIZE_CPUS, E2E_RESIZE_MEM  the VM's vCPUs (2) and memory (3G)
 #   E2E_RESIZE_AGENT_LOG=1   the agent's log on the console
 #   E2E_RESIZE_MONITOR=0     no load/pressure/top lines every minute
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.."
 export PATH="$PATH:/usr/local/go/bin"
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
 
-minutes=${E2E_RESIZE_TIMEOUT:-50}
+minutes=${E2E_RESIZE_TIMEOUT:-30}
 [[ $minutes =~ ^[0-9]+$ ]] || { echo "E2E_RESIZE_TIMEOUT must be a number of minutes" >&2; exit 2; }
 
 payload=bin/e2eresize-payload
