@@ -40,6 +40,13 @@ func Need(t testing.TB) {
 	}
 }
 
+// CallTimeout bounds the CRI calls of RunPod and RunContainer and the
+// sandbox's removal. A suite that starts many pods on a slow node (TCG, a
+// loaded host) raises it before its first pod: the kubelet itself allows
+// 4 minutes for RunPodSandbox and 2 for other calls (k8s.io/cri-client
+// pkg/remote_runtime.go: "2 times longer timeout for sandbox operation").
+var CallTimeout = 60 * time.Second
+
 // Runtime is containerd through CRI: the raw service for creating pods and
 // containers, and the project's client for reading them back.
 type Runtime struct {
@@ -100,14 +107,14 @@ func (r *Runtime) RunPod(t testing.TB, parent func(uid string) string) Pod {
 			},
 		},
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), CallTimeout)
 	defer cancel()
 	resp, err := r.RT.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 	if err != nil {
 		t.Fatalf("RunPodSandbox: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), max(CallTimeout/2, 30*time.Second))
 		defer cancel()
 		_, _ = r.RT.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: resp.PodSandboxId})
 		_, _ = r.RT.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: resp.PodSandboxId})
@@ -120,7 +127,7 @@ func (r *Runtime) RunPod(t testing.TB, parent func(uid string) string) Pod {
 // reports it.
 func (r *Runtime) RunContainer(t testing.TB, p Pod, name string, res *runtimeapi.LinuxContainerResources, cmd ...string) cri.Container {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), CallTimeout)
 	defer cancel()
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: name},
