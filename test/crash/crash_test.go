@@ -218,7 +218,10 @@ func (h *harness) verify(cycle int) (states map[intent.State]int, reapplied int)
 	deadline := time.Now().Add(30 * time.Second)
 	var all []intent.Intent
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// A bound on a hang: the whole history (3,000 seeded intents and
+		// more) took over 10 s to list and decode in a TCG guest beside
+		// another VM.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		var err error
 		all, err = h.c.List(ctx, "", "")
 		cancel()
