@@ -490,6 +490,11 @@ func (a *Agent) admissibleLocked(c *container, spec intent.Spec, ch intent.Chang
 	// reported by the runtime, or declared.
 	if c.known() {
 		before, after := c.qos(c.res), c.qos(want)
+		if placed, ok := c.placedQOS(); ok && before == corev1.PodQOSBestEffort && placed == corev1.PodQOSBurstable {
+			// The runtime's record cannot show a memory request: the
+			// kubelet's placement says what the pod is.
+			before = placed
+		}
 		if before != after {
 			return want, fmt.Errorf("%w: %s: the resize would change the QoS class from %s to %s, which in-place resize does not allow",
 				intent.ErrInvalid, intent.ReasonQoSChange, before, after)

@@ -105,6 +105,24 @@ func (c *container) qos(res intent.Resources) corev1.PodQOSClass {
 	return intent.QOSClass(all...)
 }
 
+// placedQOS is the QoS class the kubelet gave c's pod, read from where it
+// put the pod's cgroup, above c's (pkg/kubelet/cm/qos_container_manager_linux.go:
+// kubepods/burstable/pod<uid>, kubepods-burstable-pod<uid>.slice; the same
+// for besteffort), false when the path does not say. It settles what the
+// runtime's record cannot: a container whose only resource is a memory
+// request looks BestEffort there (no runtime carries a memory request).
+func (c *container) placedQOS() (corev1.PodQOSClass, bool) {
+	for _, seg := range strings.Split(c.cgroup, "/") {
+		switch {
+		case seg == "burstable" || strings.HasPrefix(seg, "kubepods-burstable"):
+			return corev1.PodQOSBurstable, true
+		case seg == "besteffort" || strings.HasPrefix(seg, "kubepods-besteffort"):
+			return corev1.PodQOSBestEffort, true
+		}
+	}
+	return "", false
+}
+
 // known reports whether c's requests and limits are all known, so that its
 // QoS class can be judged: declared, or reported by the runtime.
 func (c *container) known() bool { return c.reported || (c.cpu && c.mem) }

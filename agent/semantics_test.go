@@ -137,3 +137,30 @@ func TestRuntimeRecordFollowsNoChange(t *testing.T) {
 		t.Errorf("runtime's record %+v (%v), want 20 shares and quota 0 (no limit)", got.Resources, err)
 	}
 }
+
+// TestMemoryRequestOnlyIsBurstable: a container whose only resource is a
+// memory request has the same runtime record as a BestEffort one (no
+// runtime carries a memory request); the kubelet's placement of its pod
+// under the burstable QoS cgroup says it is Burstable, so its spec can be
+// declared, and then removing the request is refused as Kubernetes refuses
+// it (issue 18: the e2e case "Burstable pod - remove memory requests").
+func TestMemoryRequestOnlyIsBurstable(t *testing.T) {
+	ra := agenttest.NewRuntimeAgent(t, bigNode)
+	ct := ra.AddContainer(t, "uid-1", "app", "/kubepods/burstable/poduid-1/app")
+	startedAs(t, ra, ct.ID, cri.Resources{CPUPeriod: 100000, CPUShares: 2})
+	it := submit(t, ra.Agent, podIntent("app", "uid-1", map[string]string{"memory": "35Mi"}, nil))
+	want(t, it, intent.Completed, "")
+	_, _, err := ra.Submit(podIntent("app", "uid-1", map[string]string{"memory": "0"}, nil))
+	if !errors.Is(err, intent.ErrInvalid) || !strings.Contains(err.Error(), "requests.memory: resource requests cannot be removed (it is 35Mi)") {
+		t.Errorf("removing the declared memory request: %v", err)
+	}
+
+	// Under the besteffort QoS cgroup the same record is BestEffort, and a
+	// request is still a QoS change.
+	be := ra.AddContainer(t, "uid-2", "app", "/kubepods/besteffort/poduid-2/app")
+	startedAs(t, ra, be.ID, cri.Resources{CPUPeriod: 100000, CPUShares: 2})
+	if _, _, err := ra.Submit(podIntent("app", "uid-2", map[string]string{"memory": "35Mi"}, nil)); !errors.Is(err, intent.ErrInvalid) ||
+		!strings.Contains(err.Error(), "from BestEffort to Burstable") {
+		t.Errorf("a memory request for a BestEffort pod: %v", err)
+	}
+}
