@@ -35,9 +35,7 @@ func TestCapacity(t *testing.T) {
 	if !t.Run("DeployAgent", func(t *testing.T) { deployAgent(t, c, node) }) {
 		t.FailNow()
 	}
-	c.try("create", "namespace", testNS)
-	t.Cleanup(func() { c.try("delete", "namespace", testNS, "--wait=false") })
-	waitSA(t, c)
+	useNamespace(t, c, testNS)
 	cs := &capSuite{c: c, node: node.Name}
 	t.Run("Example", func(t *testing.T) { cs.example(ctx, t) })
 	t.Run("SidecarAndInit", func(t *testing.T) { cs.sidecar(ctx, t) })
@@ -50,13 +48,6 @@ type capSuite struct {
 	c      *cluster
 	node   string
 	agreed int // resizes whose prediction the test saw equal the kubelet's verdict
-}
-
-func waitSA(t *testing.T, c *cluster) {
-	poll(t, "the namespace's default ServiceAccount", 500*time.Millisecond, func() (bool, error) {
-		_, err := c.cs.CoreV1().ServiceAccounts(testNS).Get(context.Background(), "default", metav1.GetOptions{})
-		return err == nil, err
-	})
 }
 
 func busybox() string {

@@ -40,8 +40,7 @@ func TestCompanion(t *testing.T) {
 	if !t.Run("DeployAgent", func(t *testing.T) { agentPod = deployAgent(t, c, node) }) {
 		t.FailNow()
 	}
-	c.try("create", "namespace", testNS)
-	t.Cleanup(func() { c.try("delete", "namespace", testNS, "--wait=false") })
+	useNamespace(t, c, testNS)
 	// The agent acts once it has seen the annotation policy (at start).
 	poll(t, "the agent acting on annotations", time.Second, func() (bool, error) {
 		out, err := c.try("-n", agentNS, "logs", agentPod.Name)

@@ -44,8 +44,7 @@ func TestLatency(t *testing.T) {
 			t.Logf("agent logs (%v):\n%s", err, out)
 		}
 	})
-	c.try("create", "namespace", testNS)
-	t.Cleanup(func() { c.try("delete", "namespace", testNS, "--wait=false") })
+	useNamespace(t, c, testNS)
 	image := os.Getenv("RESIZE_AGENT_NODE_BUSYBOX")
 	if image == "" {
 		image = "localhost/resize-agent/busybox:latest"

@@ -19,6 +19,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -199,6 +200,43 @@ func nodeReady(t *testing.T, c *cluster) *corev1.Node {
 	return node
 }
 
+// useNamespace gives the test an empty namespace of that name. The tests
+// share one cluster and run one after another, and a namespace an earlier
+// test deleted may still be terminating, in which the API server refuses new
+// pods; so it waits for that, creates the namespace, waits for its default
+// ServiceAccount (the controller manager makes it; pods need it), and at the
+// end deletes it and waits until it is gone.
+func useNamespace(t *testing.T, c *cluster, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	poll(t, "namespace "+ns+" left by an earlier test gone", time.Second, func() (bool, error) {
+		got, err := c.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			return false, err
+		case got.DeletionTimestamp == nil:
+			// Left by a run that was killed: start from nothing.
+			c.try("delete", "namespace", ns, "--wait=false")
+		}
+		return false, fmt.Errorf("namespace %s is %s", ns, got.Status.Phase)
+	})
+	c.k(t, "create", "namespace", ns)
+	t.Cleanup(func() {
+		// A short grace for the pods: busybox's sleep as PID 1 ignores SIGTERM
+		// and would hold the namespace for the default 30 s.
+		c.try("-n", ns, "delete", "pods", "--all", "--grace-period=1", "--wait=false")
+		if out, err := c.try("delete", "namespace", ns, "--timeout=110s"); err != nil {
+			t.Logf("deleting namespace %s: %v %s", ns, err, out)
+		}
+	})
+	poll(t, "the default ServiceAccount of "+ns, 500*time.Millisecond, func() (bool, error) {
+		_, err := c.cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, err
+	})
+}
+
 func deployAgent(t *testing.T, c *cluster, node *corev1.Node) *corev1.Pod {
 	ctx := context.Background()
 	overlay := os.Getenv("RESIZE_AGENT_NODE_OVERLAY")
@@ -207,6 +245,10 @@ func deployAgent(t *testing.T, c *cluster, node *corev1.Node) *corev1.Pod {
 	}
 	start := time.Now()
 	t.Logf("kubectl apply -k %s:\n%s", overlay, c.k(t, "apply", "-k", overlay))
+	// An earlier test may have changed the DaemonSet (its drift policy):
+	// applying the overlay again then rolls the pod, and until the rollout
+	// ends the old pod is still Running and Ready, on its way out.
+	c.k(t, "-n", agentNS, "rollout", "status", "daemonset/"+agentDS, "--timeout=110s") // within try's 2 minutes
 	var pod *corev1.Pod
 	poll(t, "the DaemonSet's pod on "+node.Name+" Running and Ready", 500*time.Millisecond, func() (bool, error) {
 		pods, err := c.cs.CoreV1().Pods(agentNS).List(ctx, metav1.ListOptions{
@@ -215,7 +257,15 @@ func deployAgent(t *testing.T, c *cluster, node *corev1.Node) *corev1.Pod {
 		if err != nil || len(pods.Items) == 0 {
 			return false, fmt.Errorf("no agent pod yet (%v)", err)
 		}
-		p := &pods.Items[0]
+		var p *corev1.Pod
+		for i := range pods.Items {
+			if pods.Items[i].DeletionTimestamp == nil {
+				p = &pods.Items[i]
+			}
+		}
+		if p == nil {
+			return false, fmt.Errorf("only terminating agent pods")
+		}
 		if p.Status.Phase != corev1.PodRunning || !podReady(p) {
 			return false, fmt.Errorf("pod %s: phase %s, ready %v, %s", p.Name, p.Status.Phase, podReady(p), waitingReasons(p))
 		}
@@ -400,8 +450,7 @@ func watcher(ctx context.Context, t *testing.T, c *cluster, pod string) (<-chan 
 }
 
 func kubeletResize(ctx context.Context, t *testing.T, c *cluster, node *corev1.Node) {
-	c.try("create", "namespace", testNS)
-	t.Cleanup(func() { c.try("delete", "namespace", testNS, "--wait=false") })
+	useNamespace(t, c, testNS)
 	image := os.Getenv("RESIZE_AGENT_NODE_BUSYBOX")
 	if image == "" {
 		image = "localhost/resize-agent/busybox:latest" // the VM harness's, imported in the guest

@@ -127,15 +127,7 @@ func TestKubectlResize(t *testing.T) {
 	if !t.Run("DeployAgent", func(t *testing.T) { deployAgent(t, c, node) }) {
 		t.FailNow()
 	}
-	c.try("create", "namespace", pluginNS)
-	t.Cleanup(func() { c.try("delete", "namespace", pluginNS, "--wait=false") })
-	if _, err := c.cs.CoreV1().ServiceAccounts(pluginNS).Get(ctx, "default", metav1.GetOptions{}); err != nil {
-		// The controller manager makes it; wait for it, as pods need it.
-		poll(t, "the default service account of "+pluginNS, 500*time.Millisecond, func() (bool, error) {
-			_, err := c.cs.CoreV1().ServiceAccounts(pluginNS).Get(ctx, "default", metav1.GetOptions{})
-			return err == nil, err
-		})
-	}
+	useNamespace(t, c, pluginNS)
 	image := os.Getenv("RESIZE_AGENT_NODE_BUSYBOX")
 	if image == "" {
 		image = "localhost/resize-agent/busybox:latest"

@@ -131,8 +131,7 @@ func TestReclaim(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
 	node := nodeReady(t, c)
-	c.try("create", "namespace", reclaimNS)
-	t.Cleanup(func() { c.try("delete", "namespace", reclaimNS, "--wait=false") })
+	useNamespace(t, c, reclaimNS)
 
 	_, err := c.cs.AppsV1().DaemonSets(agentNS).Get(ctx, agentDS, metav1.GetOptions{})
 	agentThere := err == nil
