@@ -102,8 +102,8 @@ test-monitoring:
 		cd deploy/monitoring && $$promtool test rules rules_test.yaml
 
 # Every test (test/all.sh): the host tests, the VM suite with the
-# Kubernetes builds beside it, the API server tests; the real node too
-# with TEST_NODE=1.
+# Kubernetes builds beside it, the API server tests, the real node last
+# (TEST_NODE=0 leaves it out).
 test:
 	test/all.sh
 

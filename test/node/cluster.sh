@@ -205,7 +205,7 @@ cd "$root/test/node" # where go test runs them
 status=0
 RESIZE_AGENT_NODE_KUBECONFIG=$KUBECONFIG RESIZE_AGENT_REQUIRE_NODE=1 KUBECTL=$BIN/kubectl \
 	RESIZE_AGENT_NODE_TIMINGS=$logs/timings.txt \
-	nice "${NODE_TEST_BIN:?}" -test.count=1 -test.timeout "${NODE_TEST_TIMEOUT:-20m}" -test.v "$@" || status=$?
+	nice "${NODE_TEST_BIN:?}" -test.count=1 -test.timeout "${NODE_TEST_TIMEOUT:-30m}" -test.v "$@" || status=$?
 k get pods -A -o wide >"$logs/pods.txt" 2>&1 || true
 say "tests done (exit $status) at $(since) s"
 exit "$status"

@@ -236,7 +236,7 @@ func TestLatency(t *testing.T) {
 	// (on one vCPU with a busy loop beside it, by 2 s in run 2); the
 	// accepted phase is that lag, from the API server's time of the change
 	// in whole seconds (up to 1 s early). From the patch being sent, the
-	// test's reads of the files (50 ms, through exec) and of the status
+	// test's reads of the files (200 ms, through exec) and of the status
 	// (100 ms) lag a little.
 	slack := patchReturned.Seconds() + 1.0
 	for _, p := range []string{"cgroup", "status"} {

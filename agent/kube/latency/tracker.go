@@ -264,6 +264,12 @@ func (t *Tracker) status(r *resize, p *corev1.Pod, now time.Time) {
 		t.admit(r, now, "allocatedResources")
 	}
 	if reported && r.statusAt.IsZero() {
+		// The kubelet writes the files before it reports them (kuberuntime
+		// actuates, then the status manager syncs); a status seen before the
+		// next poll would stamp the files after the status. Look now.
+		if r.cgroupAt.IsZero() && t.locatable(r) {
+			t.pollFiles(r, now)
+		}
 		t.admit(r, now, "status")
 		r.statusAt = now
 	}

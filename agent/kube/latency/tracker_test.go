@@ -256,6 +256,27 @@ func TestFastKubeletObservedGeneration(t *testing.T) {
 	}
 }
 
+// A status that reports the resize before the tracker's next poll of the
+// files (the agent short of CPU, the watch event and the tick together):
+// the files are read at once, so the cgroup phase is not after the status
+// (seen on the node: cgroup 5.64 s, status 5.53 s).
+func TestStatusBeforePollReadsFiles(t *testing.T) {
+	f := newFixture(t)
+	f.observe(testPod(1, small))
+	f.at(time.Second)
+	f.observe(resized(2, f.clock))
+	f.at(100 * time.Millisecond) // files not yet changed
+	f.files("80000 100000", cgroupWeight(200), 96<<20)
+	p := testPod(2, big)
+	p.Status.ObservedGeneration = 2
+	f.clock = f.clock.Add(500 * time.Millisecond) // no tick in between
+	f.observe(p)
+	ph := phases(only(t, f.tr))
+	if _, ok := ph["cgroup"]; !ok || ph["cgroup"] > ph["status"] || ph["admitted"] > ph["cgroup"] {
+		t.Errorf("phases %v: want admitted <= cgroup <= status", ph)
+	}
+}
+
 // Stale conditions of the previous generation say nothing of this one; an
 // Infeasible verdict for it ends it with a Warning.
 func TestInfeasibleAndStaleConditions(t *testing.T) {
