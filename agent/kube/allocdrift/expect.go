@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/resizer/resize-agent/agent/kube/podcgroup"
 	"github.com/resizer/resize-agent/cgroup/spec"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -97,4 +98,14 @@ func resources(files []File) []string {
 		}
 	}
 	return out
+}
+
+// PodExpected is what the pod's own cgroup holds when the kubelet has
+// actuated its allocation with CFS period (µs): ResourceConfigForPod
+// (pkg/kubelet/cm/helpers_linux.go) over the pod with the allocated and
+// actuated resources its status reports (podcgroup.Allocated), with
+// pod-level resources, overhead and init containers counted the kubelet's
+// way, and the shares turned into cpu.weight by the kubelet's linear rule.
+func PodExpected(p *corev1.Pod, period uint64) spec.Resources {
+	return podcgroup.ForPod(podcgroup.Allocated(p)).Resources(period)
 }
