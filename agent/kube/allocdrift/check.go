@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/resizer/resize-agent/agent/kube/podcgroup"
 	"github.com/resizer/resize-agent/cgroup/spec"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -196,13 +197,14 @@ type target struct {
 }
 
 // targets lists the running containers of pods whose allocation is
-// settled: not a pod being resized (PodResizeInProgress, or a spec that
+// settled: not a pod being resized (PodResizeInProgress, a spec that
 // differs from the status without the kubelet having said
-// PodResizePending), nor one being deleted.
+// PodResizePending, pod-level resources not yet allocated: podSettled),
+// nor one being deleted.
 func targets(pods []*corev1.Pod) []target {
 	var out []target
 	for _, p := range pods {
-		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || hasCondition(p, corev1.PodResizeInProgress) {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || hasCondition(p, corev1.PodResizeInProgress) || !podSettled(p) {
 			continue
 		}
 		pending := hasCondition(p, corev1.PodResizePending)
@@ -229,7 +231,9 @@ func targets(pods []*corev1.Pod) []target {
 					settled = false
 				}
 				_, id, _ := strings.Cut(st.ContainerID, "://")
-				ts = append(ts, target{pod: p, name: st.Name, id: id, res: *st.Resources})
+				// The pod-level limits a container without its own gets
+				// are the allocated ones: the spec's, the pod settled.
+				ts = append(ts, target{pod: p, name: st.Name, id: id, res: podcgroup.ContainerResources(p, *st.Resources)})
 			}
 		}
 		if settled {
@@ -313,12 +317,9 @@ func (c *Checker) Check(ctx context.Context) Result {
 		c.judge(ctx, now, &res, subject{key: t.id, pod: t.pod, container: t.name, id: t.id, path: path, st: st,
 			want: Expected(t.res, c.opts.Period), restore: c.restoreContainer(t)})
 	}
-	for _, p := range pods {
+	for _, p := range pods { // settled, as targets
 		if ctx.Err() != nil {
 			break
-		}
-		if !podSettled(p) {
-			continue
 		}
 		path := podPaths[p.UID]
 		st, err := c.cg.Read(path)

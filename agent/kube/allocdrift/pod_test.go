@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/resizer/resize-agent/agent/kube/allocdrift"
+	"github.com/resizer/resize-agent/agent/kube/podcgroup"
 	"github.com/resizer/resize-agent/cgroup/spec"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -134,8 +135,7 @@ type podHarness struct {
 func newPodHarness(t *testing.T, policy allocdrift.Policy, writer bool) *podHarness {
 	h := &podHarness{node: &podNode{files: map[string]spec.State{}}, ev: &events{}, now: time.Unix(1e9, 0)}
 	h.pod = podLevel(plOld, 1)
-	h.node.set(ctrPath, state(corev1.ResourceRequirements{}))
-	h.node.set(podPath, stateOf(allocdrift.PodExpected(h.pod, 100000)))
+	h.settle()
 	var cg allocdrift.Cgroups = h.node
 	if writer {
 		cg = writingNode{h.node}
@@ -148,6 +148,13 @@ func newPodHarness(t *testing.T, policy allocdrift.Policy, writer bool) *podHarn
 	}
 	h.c = c
 	return h
+}
+
+// settle puts in the files what the kubelet writes for h.pod: the pod
+// cgroup, and the container's, which has the pod-level limits.
+func (h *podHarness) settle() {
+	h.node.set(ctrPath, stateOf(allocdrift.Expected(podcgroup.ContainerResources(h.pod, corev1.ResourceRequirements{}), 100000)))
+	h.node.set(podPath, stateOf(allocdrift.PodExpected(h.pod, 100000)))
 }
 
 func (h *podHarness) check(after time.Duration) allocdrift.Result {
@@ -203,7 +210,7 @@ func TestPodLevelResizeIsNotDrift(t *testing.T) {
 	// Admitted and being actuated: the files hold the new values.
 	h.pod = podLevel(plNew, 2)
 	h.pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue}}
-	h.node.set(podPath, stateOf(allocdrift.PodExpected(h.pod, 100000)))
+	h.settle()
 	if r := h.check(5 * time.Second); r.Checked != 0 || r.Pods != 0 {
 		t.Fatalf("in progress: %+v", r)
 	}
@@ -280,5 +287,33 @@ func TestPodCgroupRestore(t *testing.T) {
 	r = h.check(3 * time.Second)
 	if len(r.Findings) != 1 || r.Findings[0].Action != allocdrift.ActionReport || !strings.Contains(r.Findings[0].Message, "no cgroup writer") {
 		t.Fatalf("without a writer: %+v", r)
+	}
+}
+
+// In a pod with pod-level limits, a container without its own gets the
+// pod's (getCPULimit, getMemoryLimit in the kubelet's
+// kuberuntime_container_linux.go), its shares from that limit; while the
+// kubelet has not seen a pod-level resize, the containers are not checked
+// either.
+func TestContainerUnderPodLevelLimits(t *testing.T) {
+	h := newPodHarness(t, "", true)
+	want := allocdrift.Expected(req(nil, rl("cpu", "200m", "memory", "200Mi")), 100000)
+	if got := PodFiles(want); got != "20000 100000/"+spec.FormatMax(int64(spec.SharesToWeight(204)))+"/209715200" {
+		t.Fatalf("expected %s", got)
+	}
+	h.node.set(ctrPath, stateOf(want))
+	if r := h.check(0); r.Checked != 1 || r.Drifted != 0 {
+		t.Fatalf("container holding the pod-level limits: %+v", r)
+	}
+	h.node.set(ctrPath, state(corev1.ResourceRequirements{}))
+	h.check(time.Second)
+	if r := h.check(3 * time.Second); len(r.Findings) != 1 || r.Findings[0].Container != "app" {
+		t.Fatalf("container without the pod-level limits: %+v", r)
+	}
+	h.node.set(ctrPath, stateOf(want))
+	h.pod.Generation = 2
+	h.pod.Spec.Resources = plNew.DeepCopy()
+	if r := h.check(5 * time.Second); r.Checked != 0 || r.Pods != 0 {
+		t.Fatalf("pod-level resize not yet seen by the kubelet: %+v", r)
 	}
 }

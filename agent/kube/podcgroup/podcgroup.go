@@ -186,3 +186,29 @@ func status(p *corev1.Pod, name string) *corev1.ContainerStatus {
 	}
 	return nil
 }
+
+// ContainerResources is r, a container's resources in pod p, as the
+// kubelet hands them to the runtime: with pod-level resources, a container
+// without its own CPU or memory limit gets the pod-level one
+// (getCPULimit, getMemoryLimit in
+// pkg/kubelet/kuberuntime/kuberuntime_container_linux.go), so that its
+// cgroup holds the pod's limit, and its shares, without a request, come
+// from that limit (calculateLinuxResources).
+func ContainerResources(p *corev1.Pod, r corev1.ResourceRequirements) corev1.ResourceRequirements {
+	if !resourcehelper.IsPodLevelResourcesSet(p) {
+		return r
+	}
+	out := *r.DeepCopy()
+	for _, n := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		own := out.Limits[n]
+		pod, ok := p.Spec.Resources.Limits[n]
+		if !own.IsZero() || !ok || pod.IsZero() {
+			continue
+		}
+		if out.Limits == nil {
+			out.Limits = corev1.ResourceList{}
+		}
+		out.Limits[n] = pod.DeepCopy()
+	}
+	return out
+}
