@@ -211,8 +211,8 @@ func TestAllocated(t *testing.T) {
 			Containers:     []corev1.Container{{Name: "app", Resources: rr(rl("1", "128Mi"), rl("2", "256Mi"))}},
 		},
 		Status: corev1.PodStatus{
-			AllocatedResources: rl("1", "512Mi"),
-			Resources:          &corev1.ResourceRequirements{Requests: rl("7", "7Gi"), Limits: rl("7", "7Gi")},
+			AllocatedResources:    rl("1", "512Mi"),
+			Resources:             &corev1.ResourceRequirements{Requests: rl("7", "7Gi"), Limits: rl("7", "7Gi")},
 			InitContainerStatuses: []corev1.ContainerStatus{{Name: "init", AllocatedResources: rl("200m", "")}},
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", AllocatedResources: rl("500m", "128Mi"),
 				Resources: &corev1.ResourceRequirements{Requests: rl("500m", "128Mi"), Limits: rl("1", "256Mi")}}},
