@@ -511,13 +511,14 @@ func podCgroupOf(ctr string, uid types.UID) (string, bool) {
 	return "", false
 }
 
-// podSettled reports whether the pod cgroup's reference is known: the
-// pod's containers are settled (targets), and, for a pod with pod-level
-// resources, the kubelet has seen its latest spec
-// (status.observedGeneration) and allocated its pod-level requests
-// (status.allocatedResources, 1.36+), or has said PodResizePending while
-// the pod-level limits are those in force. A pending pod-level limit
-// change leaves the allocated limits unknown from the API: not checked.
+// podSettled reports whether the pod's allocation is known, as far as its
+// pod-level resources go: without them, always (the containers decide,
+// targets); with them, once the kubelet has seen the latest spec
+// (status.observedGeneration), says nothing is pending, and reports as the
+// pod's whole request (status.allocatedResources, 1.36+: PodRequests of
+// its allocated pod) what the spec's pod-level values give. The API shows
+// no allocated pod-level values of their own, so a pod whose pod-level
+// change waits (PodResizePending) is not checked.
 func podSettled(p *corev1.Pod) bool {
 	if p.Spec.Resources == nil {
 		return true
@@ -526,9 +527,9 @@ func podSettled(p *corev1.Pod) bool {
 		return false
 	}
 	if hasCondition(p, corev1.PodResizePending) {
-		return p.Status.Resources != nil && sameList(p.Spec.Resources.Limits, p.Status.Resources.Limits)
+		return false
 	}
-	return p.Status.AllocatedResources == nil || sameList(p.Spec.Resources.Requests, p.Status.AllocatedResources)
+	return p.Status.AllocatedResources == nil || sameList(podcgroup.Requests(podcgroup.Allocated(p)), p.Status.AllocatedResources)
 }
 
 func (c *Checker) act(p *corev1.Pod, f Finding) {

@@ -224,19 +224,26 @@ func TestPodLevelResizeIsNotDrift(t *testing.T) {
 	if got := h.node.files[podPath].CPUMax.String(); got != "40000 100000" {
 		t.Fatalf("pod cpu.max %s", got)
 	}
-	// Deferred with the pod-level limits unchanged: the allocation is known
-	// (status.allocatedResources, the limits in force) and checked.
+	// Deferred: the allocated pod-level values are not in the API; the
+	// pod is left alone.
 	h.pod = podLevel(plNew, 3)
 	h.pod.Spec.Resources.Requests = rl("cpu", "64", "memory", "100Mi")
-	h.pod.Status.Resources = &corev1.ResourceRequirements{Limits: plNew.Limits.DeepCopy()}
 	h.pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: "Deferred"}}
-	if r := h.check(5 * time.Second); r.Pods != 1 || r.Drifted != 0 {
-		t.Fatalf("deferred request change: %+v", r)
+	if r := h.check(5 * time.Second); r.Checked+r.Pods != 0 {
+		t.Fatalf("deferred pod-level change checked: %+v", r)
 	}
-	// Deferred with a limit change: the allocated limits are unknown.
-	h.pod.Spec.Resources.Limits = rl("cpu", "64", "memory", "200Mi")
+	// Overhead is in status.allocatedResources (the whole pod's request):
+	// settled all the same.
+	h.pod = podLevel(plNew, 3)
+	h.pod.Spec.Overhead = rl("cpu", "50m", "memory", "10Mi")
+	h.pod.Status.AllocatedResources = rl("cpu", "250m", "memory", "110Mi")
+	h.settle()
+	if r := h.check(5 * time.Second); r.Pods != 1 || r.Drifted != 0 {
+		t.Fatalf("pod with overhead: %+v", r)
+	}
+	h.pod.Status.AllocatedResources = plOld.Requests
 	if r := h.check(5 * time.Second); r.Pods != 0 {
-		t.Fatalf("deferred limit change checked: %+v", r)
+		t.Fatalf("allocation behind the spec, checked: %+v", r)
 	}
 	if len(h.ev.got)+len(h.node.writes) != 0 {
 		t.Fatalf("events %v, writes %v", h.ev.got, h.node.writes)

@@ -289,7 +289,9 @@ func (t *Tracker) status(r *resize, p *corev1.Pod, now time.Time) {
 		if !podReported(p.Status.Resources, *w) {
 			reported = false
 		}
-		if !sameList(p.Status.AllocatedResources, w.Requests) {
+		// status.allocatedResources is the pod's whole request
+		// (PodRequests of the allocated pod).
+		if !sameList(p.Status.AllocatedResources, podcgroup.Requests(p)) {
 			allocated = false
 		}
 	}

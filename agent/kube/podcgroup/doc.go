@@ -5,7 +5,8 @@
 // counted the kubelet's way.
 //
 // It follows ResourceConfigForPod in kubernetes
-// pkg/kubelet/cm/helpers_linux.go (1.34-1.37): the pod's requests and
+// pkg/kubelet/cm/helpers_linux.go (1.34-1.37, read in the v1.37.2 source):
+// the pod's requests and
 // limits are k8s.io/component-helpers' PodRequests and PodLimits (the
 // functions the kubelet calls: pod-level values win for cpu and memory,
 // overhead is added to the requests and to the limits that are set, the

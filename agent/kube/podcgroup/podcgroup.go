@@ -56,8 +56,8 @@ func ForPod(p *corev1.Pod) Values {
 	reqs := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 	lims := resourcehelper.PodLimits(p, resourcehelper.PodResourcesOptions{})
 	// A limit is declared when every container, init containers
-	// included, has one (the kubelet's ContainerFn over PodLimits), or
-	// the pod level sets it.
+	// included, has one (podutil.ContainerIter over InitContainers and
+	// Containers in 1.37.2), or the pod level sets it.
 	cpuDeclared, memDeclared := true, true
 	for _, c := range slices.Concat(p.Spec.InitContainers, p.Spec.Containers) {
 		if c.Resources.Limits.Cpu().IsZero() {
@@ -127,17 +127,20 @@ func QOS(p *corev1.Pod) corev1.PodQOSClass {
 	return corev1.PodQOSBurstable
 }
 
-// Allocated is p with the resources the kubelet allocated in place of the
-// spec's, the pod ResourceConfigForPod is given (the kubelet's
-// allocation manager, UpdatePodFromAllocation): each container's CPU and
-// memory from status.containerStatuses[].resources (actuated: for a
-// running container what the runtime reports, for another the
-// allocation), else its allocatedResources for the requests; the
-// pod-level requests from status.allocatedResources (1.36+). The pod-level
-// limits stay the spec's: the API shows no allocated pod-level limits, and
+// Allocated is p with the resources the kubelet allocated to its
+// containers in place of the spec's, the pod ResourceConfigForPod is given
+// (the kubelet's allocation manager, UpdatePodFromAllocation): each
+// container's CPU and memory from status.containerStatuses[].resources
+// (actuated: for a running container what the runtime reports, for
+// another the allocation), else its allocatedResources for the requests.
+// The pod-level resources stay the spec's: the API shows no allocated
+// pod-level values of their own (status.allocatedResources is the pod's
+// whole request, PodRequests of the allocated pod, overhead included), and
 // status.resources is no reference, since the kubelet reads it back from
-// the pod cgroup itself (CPULimitsFromConfig and friends in
-// pkg/kubelet/cm/helpers_linux.go): it follows a stray write.
+// the pod cgroup itself (convertToAPIPodLevelResourcesStatus in
+// pkg/kubelet/kubelet_pods.go, 1.36-1.37): it follows a stray write. The
+// caller checks the spec's pod-level values against
+// status.allocatedResources (Requests) before it trusts them.
 func Allocated(p *corev1.Pod) *corev1.Pod {
 	a := p.DeepCopy()
 	for _, cs := range [][]corev1.Container{a.Spec.InitContainers, a.Spec.Containers} {
@@ -153,10 +156,14 @@ func Allocated(p *corev1.Pod) *corev1.Pod {
 			}
 		}
 	}
-	if a.Spec.Resources != nil && a.Status.AllocatedResources != nil {
-		a.Spec.Resources.Requests = replaced(a.Spec.Resources.Requests, a.Status.AllocatedResources)
-	}
 	return a
+}
+
+// Requests is the pod's whole request as the kubelet reports it in
+// status.allocatedResources for its allocated pod (PodRequests: pod-level
+// values, overhead, init containers; kubelet_pods.go generateAPIPodStatus).
+func Requests(p *corev1.Pod) corev1.ResourceList {
+	return resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 }
 
 // replaced is l with its cpu and memory entries those of from (removed

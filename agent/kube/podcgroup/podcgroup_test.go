@@ -201,8 +201,8 @@ func TestQOS(t *testing.T) {
 }
 
 // Allocated takes what the status reports: a container's actuated
-// resources, an allocation where nothing is actuated, the pod-level
-// allocated requests; the pod-level limits stay the spec's.
+// resources, an allocation where nothing is actuated; the pod-level
+// resources stay the spec's.
 func TestAllocated(t *testing.T) {
 	p := &corev1.Pod{
 		Spec: corev1.PodSpec{
@@ -225,8 +225,11 @@ func TestAllocated(t *testing.T) {
 	if q := a.Spec.InitContainers[0].Resources.Requests[corev1.ResourceCPU]; q.String() != "200m" {
 		t.Errorf("init cpu request %s, want the allocated 200m", q.String())
 	}
-	if q := a.Spec.Resources.Requests[corev1.ResourceCPU]; q.String() != "1" {
-		t.Errorf("pod cpu request %s, want the allocated 1", q.String())
+	if q := a.Spec.Resources.Requests[corev1.ResourceCPU]; q.String() != "2" {
+		t.Errorf("pod cpu request %s, want the spec's 2 (status.allocatedResources is the whole pod's)", q.String())
+	}
+	if r := podcgroup.Requests(a); r.Cpu().String() != "2" || r.Memory().String() != "1Gi" {
+		t.Errorf("requests %v, want the pod-level ones", r)
 	}
 	if q := a.Spec.Resources.Limits[corev1.ResourceCPU]; q.String() != "4" {
 		t.Errorf("pod cpu limit %s, want the spec's 4 (status.resources is read back from the cgroup)", q.String())
@@ -235,7 +238,7 @@ func TestAllocated(t *testing.T) {
 		t.Errorf("the pod itself changed: %s", q.String())
 	}
 	v := podcgroup.ForPod(a)
-	if v.CPURequest != 1000 || v.CPULimit != 4000 || v.MemoryLimit != 2<<30 {
+	if v.CPURequest != 2000 || v.CPULimit != 4000 || v.MemoryLimit != 2<<30 {
 		t.Errorf("allocated pod cgroup %+v", v)
 	}
 }
