@@ -37,7 +37,7 @@ func ctrs(rs ...corev1.ResourceRequirements) []corev1.Container {
 const mi = 1 << 20
 
 // The cases of TestResourceConfigForPod in kubernetes
-// pkg/kubelet/cm/helpers_linux_test.go (1.34-1.37) that concern cpu and
+// pkg/kubelet/cm/helpers_linux_test.go (v1.37.2) that concern cpu and
 // memory with CFS quota enforced, their expected values written as the
 // files hold them: the shares through the kubelet's linear cpu.weight
 // (MilliCPUToShares(100) = 102 -> 4, MilliCPUToShares(200) = 204 -> 8,
@@ -240,5 +240,30 @@ func TestAllocated(t *testing.T) {
 	v := podcgroup.ForPod(a)
 	if v.CPURequest != 2000 || v.CPULimit != 4000 || v.MemoryLimit != 2<<30 {
 		t.Errorf("allocated pod cgroup %+v", v)
+	}
+}
+
+// The overhead cases of TestPodRequestsAndLimits (k8s.io/component-helpers
+// resource/helpers_test.go, v0.37.2), the sums ResourceConfigForPod starts
+// from, as the pod cgroup holds them: cpu 1 + overhead 5 gives 6144
+// shares, the kubelet's weight 1 + 6142*9999/262142 = 235; limit 2 + 5 a
+// quota of 7 CPUs; memory 12 + 5 bytes where a memory limit is declared.
+func TestKubeletOverheadSums(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		c      corev1.ResourceRequirements
+		cpuMax string
+		weight uint64
+		mem    string
+	}{
+		{"all-req-lim-and-overhead", rr(rl("1", "10"), rl("2", "12")), "700000 100000", 235, "17"},
+		{"req-some-lim-and-overhead", rr(rl("1", "10"), rl("2", "")), "700000 100000", 235, "max"},
+		{"req-and-overhead", rr(rl("1", "10"), nil), "max 100000", 235, "max"},
+	} {
+		p := &corev1.Pod{Spec: corev1.PodSpec{Overhead: rl("5", "5"), Containers: ctrs(tc.c)}}
+		got := podcgroup.ForPod(p).Resources(100000)
+		if s := got.CPUMax.String(); s != tc.cpuMax || *got.CPUWeight != tc.weight || spec.FormatMax(*got.MemoryMax) != tc.mem {
+			t.Errorf("%s: %s / %d / %s, want %s / %d / %s", tc.name, s, *got.CPUWeight, spec.FormatMax(*got.MemoryMax), tc.cpuMax, tc.weight, tc.mem)
+		}
 	}
 }
