@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -194,6 +195,9 @@ type target struct {
 	name string
 	id   string
 	res  corev1.ResourceRequirements
+	// altWeight, when not 0, is a second cpu.weight the kubelet writes
+	// for res (AltWeight).
+	altWeight uint64
 }
 
 // targets lists the running containers of pods whose allocation is
@@ -233,7 +237,8 @@ func targets(pods []*corev1.Pod) []target {
 				_, id, _ := strings.Cut(st.ContainerID, "://")
 				// The pod-level limits a container without its own gets
 				// are the allocated ones: the spec's, the pod settled.
-				ts = append(ts, target{pod: p, name: st.Name, id: id, res: podcgroup.ContainerResources(p, *st.Resources)})
+				ts = append(ts, target{pod: p, name: st.Name, id: id, res: podcgroup.ContainerResources(p, *st.Resources),
+					altWeight: AltWeight(p, *st.Resources)})
 			}
 		}
 		if settled {
@@ -278,6 +283,8 @@ type subject struct {
 	path      string
 	st        spec.State
 	want      spec.Resources
+	// altWeight, when not 0, is a cpu.weight that is the kubelet's too.
+	altWeight uint64
 	// restore writes the kubelet's values back; "" when it did, else why
 	// it did not.
 	restore func(ctx context.Context, files []File) (string, error)
@@ -315,7 +322,7 @@ func (c *Checker) Check(ctx context.Context) Result {
 		seen[t.id] = true
 		res.Checked++
 		c.judge(ctx, now, &res, subject{key: t.id, pod: t.pod, container: t.name, id: t.id, path: path, st: st,
-			want: Expected(t.res, c.opts.Period), restore: c.restoreContainer(t)})
+			want: Expected(t.res, c.opts.Period), altWeight: t.altWeight, restore: c.restoreContainer(t)})
 	}
 	for _, p := range pods { // settled, as targets
 		if ctx.Err() != nil {
@@ -352,6 +359,9 @@ func (c *Checker) Check(ctx context.Context) Result {
 // difference; restores bounded per window).
 func (c *Checker) judge(ctx context.Context, now time.Time, res *Result, s subject) {
 	files := Differ(s.st, s.want, c.cg.PageSize())
+	if s.altWeight != 0 && s.st.CPUWeight == s.altWeight {
+		files = slices.DeleteFunc(files, func(f File) bool { return f.File == spec.FileCPUWeight })
+	}
 	c.mu.Lock()
 	d := c.state[s.key]
 	if d != nil {

@@ -317,6 +317,21 @@ func TestContainerUnderPodLevelLimits(t *testing.T) {
 	if r := h.check(3 * time.Second); len(r.Findings) != 1 || r.Findings[0].Container != "app" {
 		t.Fatalf("container without the pod-level limits: %+v", r)
 	}
+	// After a kubelet resize, the same container has the minimum shares
+	// (the kubelet sends an explicit 0 request): the kubelet's too.
+	resized := stateOf(want)
+	resized.CPUWeight = 1
+	h.node.set(ctrPath, resized)
+	h.check(time.Second)
+	if r := h.check(5 * time.Second); r.Drifted != 0 {
+		t.Fatalf("the kubelet's cpu.weight after a resize taken for drift: %+v", r)
+	}
+	resized.CPUWeight = 7
+	h.node.set(ctrPath, resized)
+	h.check(time.Second)
+	if r := h.check(5 * time.Second); len(r.Findings) != 1 {
+		t.Fatalf("a third cpu.weight not reported: %+v", r)
+	}
 	h.node.set(ctrPath, stateOf(want))
 	h.pod.Generation = 2
 	h.pod.Spec.Resources = plNew.DeepCopy()
