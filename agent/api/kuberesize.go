@@ -11,6 +11,11 @@ type KubeResize struct {
 	Generation int64  `json:"generation"`
 	// Containers are those whose resources the resize changed.
 	Containers []string `json:"containers"`
+	// PodLevel is set when the resize changed the pod-level resources
+	// (spec.resources); its cgroup phase is then the pod cgroup holding
+	// the new values too, its status phase status.resources reporting
+	// them.
+	PodLevel bool `json:"podLevel,omitempty"`
 	// Manager is the field manager the API server recorded for the
 	// change (kubectl-patch, vpa-updater, resize-agent), when it did.
 	Manager string `json:"manager,omitempty"`

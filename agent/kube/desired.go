@@ -14,8 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/kube/podcgroup"
 )
 
 // AnnotationResources is the agent's own resize request on a pod: a JSON
@@ -353,8 +355,13 @@ func IntentID(d Desired, n int) string {
 
 // podQOS is the pod's QoS class with the given containers' requirements
 // replaced, as the API server computes it from every container (init
-// containers included) on cpu and memory.
+// containers included) on cpu and memory; with pod-level resources, from
+// those alone (ComputePodQOS, pkg/apis/core/helper/qos/qos.go): a
+// container's resize cannot change it then.
 func podQOS(pod *corev1.Pod, override map[string]corev1.ResourceRequirements) corev1.PodQOSClass {
+	if resourcehelper.IsPodLevelResourcesSet(pod) {
+		return podcgroup.QOS(&corev1.Pod{Spec: pod.Spec})
+	}
 	var all []intent.Resources
 	add := func(c *corev1.Container) {
 		rr := c.Resources

@@ -203,3 +203,22 @@ func TestIntentIDIsDeterministic(t *testing.T) {
 		t.Errorf("%s != %s", b1, b2)
 	}
 }
+
+// With pod-level resources the QoS class is the pod level's alone
+// (ComputePodQOS): giving a container without resources a request is no
+// QoS change, where the containers alone would go BestEffort -> Burstable.
+func TestDesiredPodLevelQOS(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "0b9a1d6e-1111-4222-8333-944455556667",
+			Annotations: map[string]string{AnnotationResources: `{"app": {"requests": {"cpu": "100m"}}}`}},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app"}},
+			Resources: &corev1.ResourceRequirements{Requests: rl("cpu", "1", "memory", "1Gi"), Limits: rl("cpu", "1", "memory", "1Gi")}},
+	}
+	if ds, refusals := DesiredFor(pod); len(refusals) != 0 || len(ds) != 1 {
+		t.Fatalf("desired %+v refusals %+v", ds, refusals)
+	}
+	pod.Spec.Resources = nil
+	if _, refusals := DesiredFor(pod); len(refusals) != 1 || !strings.Contains(refusals[0].Message, "QoS class") {
+		t.Fatalf("without pod-level resources, refusals %+v", refusals)
+	}
+}

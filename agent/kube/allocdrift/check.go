@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/resizer/resize-agent/agent/kube/podcgroup"
 	"github.com/resizer/resize-agent/cgroup/spec"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -95,7 +98,7 @@ type Options struct {
 // Finding is one drift acted on.
 type Finding struct {
 	Pod       types.NamespacedName
-	Container string
+	Container string // "" for the pod cgroup
 	ID        string // runtime container ID
 	Cgroup    string
 	Files     []File
@@ -156,7 +159,8 @@ func New(pods func() []*corev1.Pod, rt Runtime, cg Cgroups, opts Options) (*Chec
 // Result sums up one Check.
 type Result struct {
 	Checked  int       // containers whose files were compared
-	Drifted  int       // containers that differ now (confirmed or not)
+	Pods     int       // pod cgroups whose files were compared
+	Drifted  int       // cgroups that differ now (confirmed or not)
 	Findings []Finding // drifts acted on in this check
 	// Recheck: a difference waits for its confirmation; look again after
 	// Options.Confirm.
@@ -191,16 +195,20 @@ type target struct {
 	name string
 	id   string
 	res  corev1.ResourceRequirements
+	// altWeight, when not 0, is a second cpu.weight the kubelet writes
+	// for res (AltWeight).
+	altWeight uint64
 }
 
 // targets lists the running containers of pods whose allocation is
-// settled: not a pod being resized (PodResizeInProgress, or a spec that
+// settled: not a pod being resized (PodResizeInProgress, a spec that
 // differs from the status without the kubelet having said
-// PodResizePending), nor one being deleted.
+// PodResizePending, pod-level resources not yet allocated: podSettled),
+// nor one being deleted.
 func targets(pods []*corev1.Pod) []target {
 	var out []target
 	for _, p := range pods {
-		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || hasCondition(p, corev1.PodResizeInProgress) {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || hasCondition(p, corev1.PodResizeInProgress) || !podSettled(p) {
 			continue
 		}
 		pending := hasCondition(p, corev1.PodResizePending)
@@ -227,7 +235,10 @@ func targets(pods []*corev1.Pod) []target {
 					settled = false
 				}
 				_, id, _ := strings.Cut(st.ContainerID, "://")
-				ts = append(ts, target{pod: p, name: st.Name, id: id, res: *st.Resources})
+				// The pod-level limits a container without its own gets
+				// are the allocated ones: the spec's, the pod settled.
+				ts = append(ts, target{pod: p, name: st.Name, id: id, res: podcgroup.ContainerResources(p, *st.Resources),
+					altWeight: AltWeight(p, *st.Resources)})
 			}
 		}
 		if settled {
@@ -248,20 +259,39 @@ func hasCondition(p *corev1.Pod, t corev1.PodConditionType) bool {
 
 // sameResources compares cpu and memory requests and limits.
 func sameResources(a, b corev1.ResourceRequirements) bool {
+	return sameList(a.Requests, b.Requests) && sameList(a.Limits, b.Limits)
+}
+
+// sameList compares the cpu and memory entries of two lists.
+func sameList(a, b corev1.ResourceList) bool {
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		for _, l := range [][2]corev1.ResourceList{{a.Requests, b.Requests}, {a.Limits, b.Limits}} {
-			x, okx := l[0][r]
-			y, oky := l[1][r]
-			if okx != oky || (okx && x.Cmp(y) != 0) {
-				return false
-			}
+		x, okx := a[r]
+		y, oky := b[r]
+		if okx != oky || (okx && x.Cmp(y) != 0) {
+			return false
 		}
 	}
 	return true
 }
 
-// Check compares every settled container once and acts on confirmed
-// drift.
+// subject is one cgroup to compare: a container's, or a pod's own.
+type subject struct {
+	key       string // state key: the runtime container ID, or "pod/"+UID
+	pod       *corev1.Pod
+	container string // "" for the pod cgroup
+	id        string // runtime container ID; "" for the pod cgroup
+	path      string
+	st        spec.State
+	want      spec.Resources
+	// altWeight, when not 0, is a cpu.weight that is the kubelet's too.
+	altWeight uint64
+	// restore writes the kubelet's values back; "" when it did, else why
+	// it did not.
+	restore func(ctx context.Context, files []File) (string, error)
+}
+
+// Check compares every settled container, and the pod cgroup of every
+// settled pod, once and acts on confirmed drift.
 func (c *Checker) Check(ctx context.Context) Result {
 	var res Result
 	if c.opts.Policy == PolicyOff {
@@ -269,6 +299,8 @@ func (c *Checker) Check(ctx context.Context) Result {
 	}
 	now := c.opts.Now()
 	seen := map[string]bool{}
+	podPaths := map[types.UID]string{}
+	var pods []*corev1.Pod
 	for _, t := range targets(c.pods()) {
 		if ctx.Err() != nil {
 			break
@@ -277,84 +309,35 @@ func (c *Checker) Check(ctx context.Context) Result {
 		if err != nil {
 			continue // gone or not ours to read: the next check sees
 		}
+		if _, ok := podPaths[t.pod.UID]; !ok {
+			if pp, ok := podCgroupOf(path, t.pod.UID); ok {
+				podPaths[t.pod.UID] = pp
+				pods = append(pods, t.pod)
+			}
+		}
 		st, err := c.cg.Read(path)
 		if err != nil {
 			continue
 		}
 		seen[t.id] = true
 		res.Checked++
-		want := Expected(t.res, c.opts.Period)
-		files := Differ(st, want, c.cg.PageSize())
-		c.mu.Lock()
-		d := c.state[t.id]
-		if d != nil {
-			d.restoresAt = pruned(d.restoresAt, now, c.opts.Window)
-			if d.backoff && len(d.restoresAt) == 0 {
-				// The backoff is over: a drift still there is acted on anew.
-				d.backoff, d.acted, d.first = false, false, now
-			}
+		c.judge(ctx, now, &res, subject{key: t.id, pod: t.pod, container: t.name, id: t.id, path: path, st: st,
+			want: Expected(t.res, c.opts.Period), altWeight: t.altWeight, restore: c.restoreContainer(t)})
+	}
+	for _, p := range pods { // settled, as targets
+		if ctx.Err() != nil {
+			break
 		}
-		if len(files) == 0 {
-			if d != nil && len(d.restoresAt) == 0 {
-				delete(c.state, t.id)
-			} else if d != nil {
-				d.sig, d.acted = "", false // the restores stay counted
-			}
-			c.mu.Unlock()
+		path := podPaths[p.UID]
+		st, err := c.cg.Read(path)
+		if err != nil {
 			continue
 		}
-		res.Drifted++
-		sig := signature(want, files)
-		if d == nil {
-			d = &drift{}
-			c.state[t.id] = d
-		}
-		if d.sig != sig {
-			d.sig, d.first, d.acted = sig, now, false
-		}
-		if d.acted {
-			c.mu.Unlock()
-			continue
-		}
-		if now.Sub(d.first) < c.opts.Confirm {
-			res.Recheck = true
-			c.mu.Unlock()
-			continue
-		}
-		f := Finding{Pod: types.NamespacedName{Namespace: t.pod.Namespace, Name: t.pod.Name}, Container: t.name, ID: t.id,
-			Cgroup: path, Files: files, FirstSeen: d.first}
-		action := ActionReport
-		if c.opts.Policy == PolicyRestore {
-			if d.backoff || len(d.restoresAt) >= c.opts.Restores {
-				action, d.backoff = ActionBackoff, true
-				f.Message = fmt.Sprintf("the drift came back after %d restores within %s: another writer seems to own these files; reported, not restored", len(d.restoresAt), c.opts.Window)
-			} else {
-				action = ActionRestore
-				d.restoresAt = append(d.restoresAt, now)
-			}
-		}
-		d.acted = true
-		c.mu.Unlock()
-		if action == ActionRestore {
-			rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-			err := c.rt.Update(rctx, t.id, RuntimeResources(t.res, c.opts.Period))
-			cancel()
-			if err != nil {
-				action, f.Message = ActionReport, "the restore through the runtime failed: "+err.Error()
-			} else {
-				f.Message = "the kubelet's values written back through the runtime"
-				res.Recheck = true
-			}
-			c.mu.Lock()
-			if err == nil {
-				d.acted = false // verified at the next check
-				d.sig = ""
-			}
-			c.mu.Unlock()
-		}
-		f.Action = action
-		c.act(t.pod, f)
-		res.Findings = append(res.Findings, f)
+		key := "pod/" + string(p.UID)
+		seen[key] = true
+		res.Pods++
+		want := c.stored(path, PodExpected(p, c.opts.Period))
+		c.judge(ctx, now, &res, subject{key: key, pod: p, path: path, st: st, want: want, restore: c.restorePod(path, st, want)})
 	}
 	c.mu.Lock()
 	for id := range c.state {
@@ -371,6 +354,194 @@ func (c *Checker) Check(ctx context.Context) Result {
 	return res
 }
 
+// judge compares s's files with what the kubelet wrote and, once a
+// difference has lasted the confirmation delay, acts on it (once per
+// difference; restores bounded per window).
+func (c *Checker) judge(ctx context.Context, now time.Time, res *Result, s subject) {
+	files := Differ(s.st, s.want, c.cg.PageSize())
+	if s.altWeight != 0 && s.st.CPUWeight == s.altWeight {
+		files = slices.DeleteFunc(files, func(f File) bool { return f.File == spec.FileCPUWeight })
+	}
+	c.mu.Lock()
+	d := c.state[s.key]
+	if d != nil {
+		d.restoresAt = pruned(d.restoresAt, now, c.opts.Window)
+		if d.backoff && len(d.restoresAt) == 0 {
+			// The backoff is over: a drift still there is acted on anew.
+			d.backoff, d.acted, d.first = false, false, now
+		}
+	}
+	if len(files) == 0 {
+		if d != nil && len(d.restoresAt) == 0 {
+			delete(c.state, s.key)
+		} else if d != nil {
+			d.sig, d.acted = "", false // the restores stay counted
+		}
+		c.mu.Unlock()
+		return
+	}
+	res.Drifted++
+	sig := signature(s.want, files)
+	if d == nil {
+		d = &drift{}
+		c.state[s.key] = d
+	}
+	if d.sig != sig {
+		d.sig, d.first, d.acted = sig, now, false
+	}
+	if d.acted {
+		c.mu.Unlock()
+		return
+	}
+	if now.Sub(d.first) < c.opts.Confirm {
+		res.Recheck = true
+		c.mu.Unlock()
+		return
+	}
+	f := Finding{Pod: types.NamespacedName{Namespace: s.pod.Namespace, Name: s.pod.Name}, Container: s.container, ID: s.id,
+		Cgroup: s.path, Files: files, FirstSeen: d.first}
+	action := ActionReport
+	if c.opts.Policy == PolicyRestore {
+		if d.backoff || len(d.restoresAt) >= c.opts.Restores {
+			action, d.backoff = ActionBackoff, true
+			f.Message = fmt.Sprintf("the drift came back after %d restores within %s: another writer seems to own these files; reported, not restored", len(d.restoresAt), c.opts.Window)
+		} else {
+			action = ActionRestore
+			d.restoresAt = append(d.restoresAt, now)
+		}
+	}
+	d.acted = true
+	c.mu.Unlock()
+	if action == ActionRestore {
+		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		why, err := s.restore(rctx, files)
+		cancel()
+		restored := err == nil && why == ""
+		switch {
+		case err != nil && s.container == "":
+			action, f.Message = ActionReport, "writing the pod cgroup failed: "+err.Error()
+		case err != nil:
+			action, f.Message = ActionReport, "the restore through the runtime failed: "+err.Error()
+		case why != "":
+			action, f.Message = ActionReport, why
+		case s.container == "":
+			f.Message = "the kubelet's values written back to the pod cgroup"
+			res.Recheck = true
+		default:
+			f.Message = "the kubelet's values written back through the runtime"
+			res.Recheck = true
+		}
+		c.mu.Lock()
+		if restored {
+			d.acted = false // verified at the next check
+			d.sig = ""
+		} else if why != "" {
+			d.restoresAt = d.restoresAt[:len(d.restoresAt)-1] // nothing was tried
+		}
+		c.mu.Unlock()
+	}
+	f.Action = action
+	c.act(s.pod, f)
+	res.Findings = append(res.Findings, f)
+}
+
+// restoreContainer writes the kubelet's values back through the runtime
+// (UpdateContainerResources), so that its record and the files agree.
+func (c *Checker) restoreContainer(t target) func(context.Context, []File) (string, error) {
+	return func(ctx context.Context, _ []File) (string, error) {
+		return "", c.rt.Update(ctx, t.id, RuntimeResources(t.res, c.opts.Period))
+	}
+}
+
+// Writer is the optional part of Cgroups that writes a cgroup's files
+// (*cgroup.Manager: through the cgroup package, as unit properties under
+// the systemd driver, as the kubelet's cgroup manager does). Without it a
+// pod cgroup's drift is reported only: no runtime owns a pod cgroup, the
+// kubelet writes it itself (pkg/kubelet/cm/pod_container_manager_linux.go).
+type Writer interface {
+	Write(path string, r spec.Resources) error
+}
+
+// restorePod writes the files of the pod cgroup at path that differ back
+// to the kubelet's values, through the cgroup package. A memory.max below
+// what the pod uses is not written: the kernel would reclaim or kill to
+// meet it, where the kubelet's own resize checks usage first.
+func (c *Checker) restorePod(path string, st spec.State, want spec.Resources) func(context.Context, []File) (string, error) {
+	return func(_ context.Context, files []File) (string, error) {
+		w, ok := c.cg.(Writer)
+		if !ok {
+			return "no cgroup writer: reported, not restored", nil
+		}
+		var r spec.Resources
+		for _, f := range files {
+			switch f.File {
+			case spec.FileCPUMax:
+				r.CPUMax = want.CPUMax
+			case spec.FileCPUWeight:
+				r.CPUWeight = want.CPUWeight
+			case spec.FileMemoryMax:
+				if *want.MemoryMax != spec.Unlimited && st.MemoryCurrent > *want.MemoryMax {
+					return fmt.Sprintf("memory.current %d is above the kubelet's memory.max: writing it back would reclaim or OOM-kill; reported, not restored", st.MemoryCurrent), nil
+				}
+				r.MemoryMax = want.MemoryMax
+			}
+		}
+		return "", w.Write(path, r)
+	}
+}
+
+// storer is the optional part of Cgroups that says what a cgroup's files
+// hold once r is written there (the systemd driver's rounding of quotas:
+// the kubelet writes pod slices through systemd); *cgroup.Manager has it.
+type storer interface {
+	Stored(path string, r spec.Resources) spec.Resources
+}
+
+func (c *Checker) stored(path string, r spec.Resources) spec.Resources {
+	if s, ok := c.cg.(storer); ok {
+		return s.Stored(path, r)
+	}
+	return r
+}
+
+// podCgroupOf is the pod cgroup of pod uid, the parent of a container's
+// cgroup at ctr when that is the kubelet's pod<uid> (cgroupfs) or
+// kubepods-<qos>-pod<uid with _>.slice (systemd) naming
+// (pkg/kubelet/cm/pod_container_manager_linux.go, GetPodContainerName).
+func podCgroupOf(ctr string, uid types.UID) (string, bool) {
+	if uid == "" {
+		return "", false
+	}
+	parent := path.Dir(ctr)
+	base := path.Base(parent)
+	u := string(uid)
+	if base == "pod"+u || (strings.HasPrefix(base, "kubepods-") && strings.HasSuffix(base, "pod"+strings.ReplaceAll(u, "-", "_")+".slice")) {
+		return parent, true
+	}
+	return "", false
+}
+
+// podSettled reports whether the pod's allocation is known, as far as its
+// pod-level resources go: without them, always (the containers decide,
+// targets); with them, once the kubelet has seen the latest spec
+// (status.observedGeneration), says nothing is pending, and reports as the
+// pod's whole request (status.allocatedResources, 1.36+: PodRequests of
+// its allocated pod) what the spec's pod-level values give. The API shows
+// no allocated pod-level values of their own, so a pod whose pod-level
+// change waits (PodResizePending) is not checked.
+func podSettled(p *corev1.Pod) bool {
+	if p.Spec.Resources == nil {
+		return true
+	}
+	if p.Status.ObservedGeneration != 0 && p.Status.ObservedGeneration < p.Generation {
+		return false
+	}
+	if hasCondition(p, corev1.PodResizePending) {
+		return false
+	}
+	return p.Status.AllocatedResources == nil || sameList(podcgroup.Requests(podcgroup.Allocated(p)), p.Status.AllocatedResources)
+}
+
 func (c *Checker) act(p *corev1.Pod, f Finding) {
 	if c.opts.Count != nil {
 		for _, r := range resources(f.Files) {
@@ -383,6 +554,9 @@ func (c *Checker) act(p *corev1.Pod, f Finding) {
 	}
 	if c.opts.Recorder != nil {
 		msg := fmt.Sprintf("container %s: cgroup values differ from what the kubelet actuated (status.containerStatuses[].resources): %s", f.Container, strings.Join(desc, "; "))
+		if f.Container == "" {
+			msg = "pod cgroup: values differ from what the kubelet writes for the pod's allocation (ResourceConfigForPod): " + strings.Join(desc, "; ")
+		}
 		if f.Message != "" {
 			msg += "; " + f.Message
 		}

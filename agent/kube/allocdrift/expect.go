@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/resizer/resize-agent/agent/kube/podcgroup"
 	"github.com/resizer/resize-agent/cgroup/spec"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -97,4 +98,31 @@ func resources(files []File) []string {
 		}
 	}
 	return out
+}
+
+// AltWeight is the other cpu.weight the kubelet gives a container with res
+// (its own resources, as the status reports them) in pod p, or 0. A
+// container without a CPU request of its own in a pod with a pod-level CPU
+// limit gets shares from that limit when it is created (the request is
+// absent: calculateLinuxResources takes the limit), but the minimum shares
+// once the kubelet has resized it (updatePodContainerResources sends an
+// explicit 0 request; pkg/kubelet/kuberuntime/kuberuntime_manager.go,
+// v1.37.2, seen on the real node after a pod-level resize). Both are the
+// kubelet's.
+func AltWeight(p *corev1.Pod, res corev1.ResourceRequirements) uint64 {
+	eff := podcgroup.ContainerResources(p, res)
+	if !res.Requests.Cpu().IsZero() || eff.Limits.Cpu().IsZero() {
+		return 0
+	}
+	return spec.SharesToWeight(spec.MinShares)
+}
+
+// PodExpected is what the pod's own cgroup holds when the kubelet has
+// actuated its allocation with CFS period (µs): ResourceConfigForPod
+// (pkg/kubelet/cm/helpers_linux.go) over the pod with the allocated and
+// actuated resources its status reports (podcgroup.Allocated), with
+// pod-level resources, overhead and init containers counted the kubelet's
+// way, and the shares turned into cpu.weight by the kubelet's linear rule.
+func PodExpected(p *corev1.Pod, period uint64) spec.Resources {
+	return podcgroup.ForPod(podcgroup.Allocated(p)).Resources(period)
 }

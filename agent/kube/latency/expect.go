@@ -2,11 +2,14 @@ package latency
 
 import (
 	"fmt"
+	"path"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/resizer/resize-agent/agent/kube/podcgroup"
 	"github.com/resizer/resize-agent/cgroup"
+	"github.com/resizer/resize-agent/cgroup/spec"
 )
 
 // expected is what a container's cgroup files hold for its resources: what
@@ -65,6 +68,65 @@ func maxString(v int64) string {
 		return "max"
 	}
 	return fmt.Sprint(v)
+}
+
+// podMismatch says which file of the pod cgroup does not hold what the
+// kubelet writes for v; "" when all do. The quota is computed for the
+// period the file has.
+func podMismatch(v podcgroup.Values, s cgroup.State, pageSize int64) string {
+	want := v.Resources(s.CPUMax.Period)
+	var bad []string
+	if s.CPUMax.Quota != want.CPUMax.Quota {
+		bad = append(bad, fmt.Sprintf("cpu.max %s (want quota %s)", s.CPUMax, maxString(want.CPUMax.Quota)))
+	}
+	if s.CPUWeight != *want.CPUWeight {
+		bad = append(bad, fmt.Sprintf("cpu.weight %d (want %d)", s.CPUWeight, *want.CPUWeight))
+	}
+	if m := spec.PageAlign(*want.MemoryMax, pageSize); s.MemoryMax != m {
+		bad = append(bad, fmt.Sprintf("memory.max %s (want %s)", maxString(s.MemoryMax), maxString(m)))
+	}
+	return strings.Join(bad, ", ")
+}
+
+// podReported says whether the pod's status.resources reports the
+// pod-level resources want. The kubelet fills it from the pod cgroup's
+// config (CPURequestsFromConfig, CPULimitsFromConfig,
+// MemoryLimitsFromConfig in pkg/kubelet/cm/helpers_linux.go), so CPU is
+// compared as shares and quota, not as the spec's quantity: 1m comes back
+// as 2m. The memory request has no cgroup file and is not compared.
+func podReported(st *corev1.ResourceRequirements, want corev1.ResourceRequirements) bool {
+	if st == nil {
+		return false
+	}
+	if q, ok := want.Requests[corev1.ResourceCPU]; ok {
+		got, ok := st.Requests[corev1.ResourceCPU]
+		if !ok || cgroup.MilliCPUToShares(got.MilliValue()) != cgroup.MilliCPUToShares(q.MilliValue()) {
+			return false
+		}
+	}
+	if q, ok := want.Limits[corev1.ResourceCPU]; ok {
+		got, ok := st.Limits[corev1.ResourceCPU]
+		if !ok || cgroup.MilliCPUToQuota(got.MilliValue(), cgroup.DefaultPeriod) != cgroup.MilliCPUToQuota(q.MilliValue(), cgroup.DefaultPeriod) {
+			return false
+		}
+	}
+	if q, ok := want.Limits[corev1.ResourceMemory]; ok {
+		got, ok := st.Limits[corev1.ResourceMemory]
+		if !ok || got.Value() != q.Value() {
+			return false
+		}
+	}
+	return true
+}
+
+// podCandidates are the pod cgroup's paths for both cgroup drivers, with
+// the kubelet's cgroupRoot "/": the parents of candidates.
+func podCandidates(podUID string, qos corev1.PodQOSClass) []string {
+	var out []string
+	for _, c := range candidates(podUID, qos, "containerd://x") {
+		out = append(out, path.Dir(c))
+	}
+	return out
 }
 
 // candidates are the cgroups where the kubelet and the runtime put a

@@ -16,7 +16,11 @@ func summary(r *api.KubeResize, mismatch string) string {
 	if r.Manager != "" {
 		fmt.Fprintf(&b, " by %s", r.Manager)
 	}
-	fmt.Fprintf(&b, " (%s) %s:", strings.Join(r.Containers, ","), r.Outcome)
+	what := strings.Join(r.Containers, ",")
+	if r.PodLevel {
+		what = strings.TrimPrefix(what+"; pod-level resources", "; ")
+	}
+	fmt.Fprintf(&b, " (%s) %s:", what, r.Outcome)
 	for _, ph := range r.Phases {
 		if ph.Phase == "accepted" {
 			fmt.Fprintf(&b, " seen %s after accepted,", secs(ph.Seconds))

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/agent/kube/podcgroup"
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup"
@@ -81,20 +82,34 @@ type podTrack struct {
 	gen  int64
 	qos  corev1.PodQOSClass
 	spec map[string]corev1.ResourceRequirements
-	ids  map[string]string // container name -> runtime ID
+	// podSpec is the pod-level resources (spec.resources; empty without).
+	podSpec corev1.ResourceRequirements
+	ids     map[string]string // container name -> runtime ID
 	// cgroups located per container name, with the ID they are for.
 	cgroups map[string]located
 	missed  map[string]missed
 	rings   map[string]*ring
-	open    *resize
+	// podCgroup is the pod's own cgroup, located for a pod-level resize;
+	// podMissed when it was last looked for in vain.
+	podCgroup string
+	podMissed time.Time
+	open      *resize
 }
 
 type located struct{ id, path string }
 
 type resize struct {
-	pod        *podTrack
-	rec        api.KubeResize
-	want       map[string]corev1.ResourceRequirements
+	pod  *podTrack
+	rec  api.KubeResize
+	want map[string]corev1.ResourceRequirements
+	// files are the containers' resources as the runtime gets them (with
+	// pod-level limits for containers without their own).
+	files map[string]corev1.ResourceRequirements
+	// podWant is the pod-level resources of a pod-level resize, podFiles
+	// what the kubelet writes to the pod cgroup for the new spec; nil
+	// without a pod-level change.
+	podWant    *corev1.ResourceRequirements
+	podFiles   podcgroup.Values
 	accepted   time.Time
 	seen       time.Time
 	admitted   time.Time
@@ -176,6 +191,7 @@ func (t *Tracker) observe(p *corev1.Pod, now time.Time) {
 		t.pods[p.UID] = pt
 	}
 	pt.qos = p.Status.QOSClass
+	podSpec := podLevel(p)
 	pt.ids = map[string]string{}
 	for _, cs := range p.Status.ContainerStatuses {
 		if cs.State.Running != nil && cs.ContainerID != "" {
@@ -184,15 +200,23 @@ func (t *Tracker) observe(p *corev1.Pod, now time.Time) {
 	}
 	if p.Generation > pt.gen {
 		changed := changedContainers(pt.spec, spec)
+		podChanged := !sameCPUMemory(pt.podSpec, podSpec)
 		pt.gen = p.Generation
-		if len(changed) > 0 {
+		if len(changed) > 0 || podChanged {
 			if pt.open != nil {
 				t.finish(pt.open, "superseded", now)
 			}
-			r := &resize{pod: pt, want: map[string]corev1.ResourceRequirements{}, seen: now}
-			r.rec = api.KubeResize{Pod: pt.key, PodUID: string(p.UID), Generation: p.Generation, Containers: changed, SeenAt: now, Outcome: "open"}
+			r := &resize{pod: pt, want: map[string]corev1.ResourceRequirements{}, files: map[string]corev1.ResourceRequirements{}, seen: now}
+			r.rec = api.KubeResize{Pod: pt.key, PodUID: string(p.UID), Generation: p.Generation, Containers: append([]string{}, changed...),
+				PodLevel: podChanged, SeenAt: now, Outcome: "open"}
 			for _, c := range changed {
 				r.want[c] = spec[c]
+				r.files[c] = podcgroup.ContainerResources(p, spec[c])
+			}
+			if podChanged {
+				w := podSpec
+				r.podWant = &w
+				r.podFiles = podcgroup.ForPod(p)
 			}
 			if m, at, ok := resizeManager(p); ok {
 				r.rec.Manager, r.accepted = m, at
@@ -202,7 +226,7 @@ func (t *Tracker) observe(p *corev1.Pod, now time.Time) {
 			pt.open = r
 		}
 	}
-	pt.spec = spec
+	pt.spec, pt.podSpec = spec, podSpec
 	if r := pt.open; r != nil {
 		t.status(r, p, now)
 	}
@@ -258,6 +282,19 @@ func (t *Tracker) status(r *resize, p *corev1.Pod, now time.Time) {
 			allocated = false
 		}
 	}
+	if w := r.podWant; w != nil {
+		// status.resources is read back from the pod cgroup
+		// (CPURequestsFromConfig and friends, pkg/kubelet/cm/helpers_linux.go):
+		// compared in the cgroup's units.
+		if !podReported(p.Status.Resources, *w) {
+			reported = false
+		}
+		// status.allocatedResources is the pod's whole request
+		// (PodRequests of the allocated pod).
+		if !sameList(p.Status.AllocatedResources, podcgroup.Requests(p)) {
+			allocated = false
+		}
+	}
 	if allocated && !pending && p.Status.ObservedGeneration == 0 {
 		// Without observedGeneration (its feature off), the allocation
 		// holding the new requests is the kubelet's admission.
@@ -293,14 +330,15 @@ func (t *Tracker) maybeDone(r *resize, now time.Time) {
 	}
 }
 
-// locatable reports whether every container of r has a known cgroup.
+// locatable reports whether every container of r has a known cgroup, and
+// the pod its own for a pod-level resize.
 func (t *Tracker) locatable(r *resize) bool {
 	for name := range r.want {
 		if _, ok := r.pod.cgroups[name]; !ok {
 			return false
 		}
 	}
-	return true
+	return r.podWant == nil || r.pod.podCgroup != ""
 }
 
 // finish decides r's outcome, records its phases and, when its files held
@@ -401,6 +439,9 @@ func (t *Tracker) tick(now time.Time) {
 		if r == nil {
 			continue
 		}
+		if r.podWant != nil {
+			t.locatePod(pt, now)
+		}
 		if !r.tookBefore {
 			t.takeBefore(r, now)
 		}
@@ -468,6 +509,21 @@ func (t *Tracker) locate(pt *podTrack, now time.Time) {
 	}
 }
 
+// locatePod finds the pod's own cgroup: the parent of its containers'
+// (pkg/kubelet/cm/pod_container_manager_linux.go names it).
+func (t *Tracker) locatePod(pt *podTrack, now time.Time) {
+	if pt.podCgroup != "" || now.Sub(pt.podMissed) < relocate {
+		return
+	}
+	for _, c := range podCandidates(string(pt.ref.UID), pt.qos) {
+		if ok, _ := t.opts.Cgroups.Exists(c); ok {
+			pt.podCgroup = c
+			return
+		}
+	}
+	pt.podMissed = now
+}
+
 // relocate is how long a container whose cgroup was not found waits before
 // it is looked for again.
 const relocate = 10 * time.Second
@@ -498,20 +554,31 @@ func (t *Tracker) takeBefore(r *resize, now time.Time) {
 	}
 }
 
-// pollFiles reads the files of r's containers; the first time they all
-// hold the new values is the cgroup phase, and the start of the window
-// after.
+// pollFiles reads the files of r's containers, and of the pod cgroup for a
+// pod-level resize; the first time they all hold the new values is the
+// cgroup phase, and the start of the window after.
 func (t *Tracker) pollFiles(r *resize, now time.Time) {
 	r.mismatch = ""
-	for name, want := range r.want {
+	for name := range r.want {
 		loc := r.pod.cgroups[name]
 		s, err := t.opts.Cgroups.Read(loc.path)
 		if err != nil {
 			r.mismatch = name + ": " + err.Error()
 			return
 		}
-		if m := expect(want).mismatch(s, t.opts.Cgroups.PageSize()); m != "" {
+		if m := expect(r.files[name]).mismatch(s, t.opts.Cgroups.PageSize()); m != "" {
 			r.mismatch = name + ": " + m
+			return
+		}
+	}
+	if r.podWant != nil {
+		s, err := t.opts.Cgroups.Read(r.pod.podCgroup)
+		if err != nil {
+			r.mismatch = "pod cgroup: " + err.Error()
+			return
+		}
+		if m := podMismatch(r.podFiles, s, t.opts.Cgroups.PageSize()); m != "" {
+			r.mismatch = "pod cgroup: " + m
 			return
 		}
 	}
@@ -604,6 +671,14 @@ func specResources(p *corev1.Pod) map[string]corev1.ResourceRequirements {
 		out[c.Name] = c.Resources
 	}
 	return out
+}
+
+// podLevel is the pod-level resources, empty without.
+func podLevel(p *corev1.Pod) corev1.ResourceRequirements {
+	if p.Spec.Resources == nil {
+		return corev1.ResourceRequirements{}
+	}
+	return *p.Spec.Resources.DeepCopy()
 }
 
 func changedContainers(old, cur map[string]corev1.ResourceRequirements) []string {

@@ -1,0 +1,202 @@
+package node_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestPodLevelDrift: a pod with pod-level resources (spec.resources, an
+// app container without any of its own, an init container): the pod
+// cgroup holds what the agent expects from the kubelet's rules (its
+// linear cpu.weight); a stray write to the pod cgroup's cpu.max is
+// reported with the agent's CgroupDrift Event; a kubelet pod-level resize
+// (kubectl patch --subresource resize on spec.resources, 1.36+) is not
+// drift, neither for the pod cgroup nor for the container, which carries
+// the pod-level limit; under --kube-drift=restore the kubelet's value
+// comes back to the pod cgroup.
+func TestPodLevelDrift(t *testing.T) {
+	c := setup(t)
+	ctx := context.Background()
+	var node *corev1.Node
+	if !t.Run("NodeReady", func(t *testing.T) { node = nodeReady(t, c) }) {
+		t.FailNow()
+	}
+	if !t.Run("DeployAgent", func(t *testing.T) { deployAgent(t, c, node) }) {
+		t.FailNow()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, err := c.try("-n", agentNS, "logs", "ds/"+agentDS, "--tail=60")
+			t.Logf("agent logs (%v):\n%s", err, out)
+		}
+	})
+	c.try("create", "namespace", testNS)
+	t.Cleanup(func() { c.try("delete", "namespace", testNS, "--wait=false") })
+	waitSA(t, c)
+	s := &capSuite{c: c, node: node.Name}
+
+	q := func(v string) resource.Quantity { return resource.MustParse(v) }
+	app := ctr("app", "10m", "16Mi")
+	app.Resources = corev1.ResourceRequirements{}
+	initC := corev1.Container{Name: "init", Image: busybox(), ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"true"},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("32Mi")},
+		}}
+	p := s.run(ctx, t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plr"}, Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{initC},
+		Containers:     []corev1.Container{app},
+		Resources: &corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: q("200m"), corev1.ResourceMemory: q("64Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: q("500m"), corev1.ResourceMemory: q("128Mi")},
+		},
+	}})
+	t.Logf("pod plr: qos %s, status.resources %v, allocatedResources %v", p.Status.QOSClass, p.Status.Resources, p.Status.AllocatedResources)
+
+	// A stray echo on the node, from a privileged pod with the host's
+	// cgroupfs, into the pod cgroup: pod<uid> (cgroupfs) or
+	// kubepods-<qos>-pod<uid with _>.slice (systemd).
+	w := ctr("writer", "10m", "16Mi")
+	w.SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
+	w.VolumeMounts = []corev1.VolumeMount{{Name: "cg", MountPath: "/host/cgroup"}}
+	s.run(ctx, t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plr-writer"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{w},
+		Volumes:    []corev1.Volume{{Name: "cg", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/cgroup"}}}},
+	}})
+	uid := string(p.UID)
+	dir := "d=$(find /host/cgroup/kubepods* -type d \\( -name 'pod" + uid + "' -o -name '*-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice' \\) | head -1); test -n \"$d\""
+	podFile := func(f string) string {
+		t.Helper()
+		out, err := s.c.try("-n", testNS, "exec", "plr-writer", "--", "sh", "-c", dir+" && cat \"$d/"+f+"\"")
+		if err != nil {
+			t.Logf("reading the pod cgroup's %s: %v", f, err)
+		}
+		return strings.TrimSpace(out)
+	}
+	write := func(v string) time.Time {
+		t.Helper()
+		s.c.k(t, "-n", testNS, "exec", "plr-writer", "--", "sh", "-c", dir+" && echo '"+v+"' > \"$d/cpu.max\"")
+		return time.Now()
+	}
+	appCPUMax := func() string {
+		out, err := s.c.try("-n", testNS, "exec", "plr", "--", "cat", "/sys/fs/cgroup/cpu.max")
+		if err != nil {
+			t.Logf("reading the app container's cpu.max: %v", err)
+		}
+		return strings.TrimSpace(out)
+	}
+
+	// The kubelet's values: 200m -> 204 shares -> its linear cpu.weight 8
+	// (runc's would be 29), the pod-level limits; the app container,
+	// without limits of its own, carries the pod's CPU limit.
+	if got := podFile("cpu.max") + " / " + podFile("cpu.weight") + " / " + podFile("memory.max"); got != "50000 100000 / 8 / 134217728" {
+		t.Fatalf("pod cgroup cpu.max / cpu.weight / memory.max %q, want the kubelet's 50000 100000 / 8 / 134217728", got)
+	}
+	t.Logf("app container cpu.max %q", appCPUMax())
+	events := func(name string) []corev1.Event {
+		l, err := s.c.cs.CoreV1().Events(testNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=CgroupDrift"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Items
+	}
+	// Nothing on a clean node: two drift intervals.
+	time.Sleep(20 * time.Second)
+	if ev := events("plr"); len(ev) != 0 {
+		t.Fatalf("CgroupDrift on the untouched pod: %s", ev[0].Message)
+	}
+
+	// Report (the default).
+	t0 := write("20000 100000")
+	var ev corev1.Event
+	poll(t, "a CgroupDrift Event for the pod cgroup", 250*time.Millisecond, func() (bool, error) {
+		for _, e := range events("plr") {
+			if strings.Contains(e.Message, "pod cgroup:") {
+				ev = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	timing(t, "podlevel_drift_write_to_event", time.Since(t0))
+	t.Logf("Event: %s %s: %s (from %s)", ev.Type, ev.Reason, ev.Message, ev.Source.Component)
+	if ev.Type != corev1.EventTypeWarning || ev.Source.Component != "resize-agent" || !strings.Contains(ev.Message, "cpu.max 20000 100000 (the kubelet's 50000 100000)") {
+		t.Errorf("event %+v", ev)
+	}
+	if got := podFile("cpu.max"); got != "20000 100000" {
+		t.Errorf("pod cpu.max %q under report: the agent wrote it", got)
+	}
+	if cur, err := s.c.cs.CoreV1().Pods(testNS).Get(ctx, "plr", metav1.GetOptions{}); err == nil {
+		t.Logf("after the stray write: status.resources %v", cur.Status.Resources)
+	}
+	write("50000 100000") // put back by hand
+
+	// A kubelet pod-level resize is not drift: no new Event while and
+	// after it runs, for the pod cgroup or the container.
+	time.Sleep(5 * time.Second)
+	before := len(events("plr"))
+	s.c.k(t, "-n", testNS, "patch", "pod", "plr", "--subresource", "resize", "--patch",
+		`{"spec":{"resources":{"requests":{"cpu":"300m"},"limits":{"cpu":"800m"}}}}`)
+	t1 := time.Now()
+	poll(t, "the pod cgroup's cpu.max 80000 100000 from the kubelet", 250*time.Millisecond, func() (bool, error) {
+		return podFile("cpu.max") == "80000 100000", nil
+	})
+	timing(t, "podlevel_resize_to_pod_cgroup", time.Since(t1))
+	time.Sleep(30 * time.Second) // three drift intervals
+	if got := podFile("cpu.weight"); got != "12" {
+		t.Errorf("pod cpu.weight %q after the resize, want the kubelet's 12 (300m)", got)
+	}
+	cur, err := s.c.cs.CoreV1().Pods(testNS).Get(ctx, "plr", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after the resize: app cpu.max %q, status.resources %v, allocatedResources %v, observedGeneration %d/%d, conditions %+v",
+		appCPUMax(), cur.Status.Resources, cur.Status.AllocatedResources, cur.Status.ObservedGeneration, cur.Generation, cur.Status.Conditions)
+	if all := events("plr"); len(all) != before {
+		for _, e := range all[before:] {
+			t.Errorf("CgroupDrift after a kubelet pod-level resize: %s", e.Message)
+		}
+	}
+	// Nor on any other pod of the node.
+	all, err := s.c.cs.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=CgroupDrift"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range all.Items {
+		if e.InvolvedObject.Name != "plr" {
+			t.Errorf("CgroupDrift on %s/%s: %s", e.InvolvedObject.Namespace, e.InvolvedObject.Name, e.Message)
+		}
+	}
+
+	// Restore, opt-in: through the cgroup package (systemd unit
+	// properties under the systemd driver).
+	s.c.k(t, "-n", agentNS, "patch", "ds", agentDS, "--type=json", "-p",
+		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--kube-drift=restore"}]`)
+	poll(t, "the agent restarted with --kube-drift=restore", time.Second, func() (bool, error) {
+		pods, err := s.c.cs.CoreV1().Pods(agentNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=resize-agent"})
+		if err != nil || len(pods.Items) != 1 {
+			return false, err
+		}
+		q := pods.Items[0]
+		return podReady(&q) && q.DeletionTimestamp == nil && strings.Contains(strings.Join(q.Spec.Containers[0].Args, " "), "--kube-drift=restore"), nil
+	})
+	t2 := write("30000 100000")
+	poll(t, "the pod cgroup's cpu.max restored to the kubelet's 80000 100000", 250*time.Millisecond, func() (bool, error) {
+		return podFile("cpu.max") == "80000 100000", nil
+	})
+	timing(t, "podlevel_drift_write_to_restore", time.Since(t2))
+	poll(t, "the restore's Event", time.Second, func() (bool, error) {
+		for _, e := range events("plr") {
+			if strings.Contains(e.Message, "written back to the pod cgroup") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
