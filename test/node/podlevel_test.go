@@ -36,9 +36,7 @@ func TestPodLevelDrift(t *testing.T) {
 			t.Logf("agent logs (%v):\n%s", err, out)
 		}
 	})
-	c.try("create", "namespace", testNS)
-	t.Cleanup(func() { c.try("delete", "namespace", testNS, "--wait=false") })
-	waitSA(t, c)
+	useNamespace(t, c, testNS)
 	s := &capSuite{c: c, node: node.Name}
 
 	q := func(v string) resource.Quantity { return resource.MustParse(v) }
