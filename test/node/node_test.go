@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -235,6 +236,22 @@ func useNamespace(t *testing.T, c *cluster, ns string) {
 		_, err := c.cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, err
 	})
+}
+
+// kubeletMinor is the node's kubelet minor version (1.34.4: 34), for the
+// steps whose expectations differ between the releases we support.
+func kubeletMinor(t *testing.T, n *corev1.Node) int {
+	t.Helper()
+	v := strings.TrimPrefix(n.Status.NodeInfo.KubeletVersion, "v")
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		t.Fatalf("kubelet version %q", n.Status.NodeInfo.KubeletVersion)
+	}
+	minor, err := strconv.Atoi(parts[1])
+	if err != nil {
+		t.Fatalf("kubelet version %q: %v", n.Status.NodeInfo.KubeletVersion, err)
+	}
+	return minor
 }
 
 func deployAgent(t *testing.T, c *cluster, node *corev1.Node) *corev1.Pod {
