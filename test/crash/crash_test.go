@@ -404,9 +404,9 @@ func maps(m map[string]bool) []string {
 // the file stays past the threshold.
 //
 // Few big records, not many small ones: replay costs per record more than
-// per byte. 3,000 records of 450 bytes took 70 ms to replay natively and
-// about 10 s of each restart under TCG; 160 records of 8 KiB (a long
-// message), ~20 ms natively.
+// per byte. 3,000 records of 450 bytes took 60-70 ms to open natively and
+// 2-3 s of each restart in a quiet TCG guest (10 s and more on a loaded
+// host); 160 records of 8 KiB (a long message) 20-30 ms natively.
 func seedJournal(t *testing.T, stateDir string) {
 	j, err := journal.Open(stateDir)
 	if err != nil {
