@@ -502,8 +502,8 @@ func TestKillNineLosesNothing(t *testing.T) {
 		// middle of a batch (what is left of its last block holds a few
 		// records), and the submissions after are refused. One in six
 		// loses its disk at a random moment before the kill (EIO from then
-		// on: the batch in flight fails, nothing unsynced reaches the
-		// device). Half of the restarts after either find the disk still
+		// on: the batch in flight fails, though it may be on the device).
+		// Half of the restarts after either find the disk still
 		// full, or still failing: the daemon must then refuse to start,
 		// and start once the disk is back.
 		var full, eio bool

@@ -7,10 +7,11 @@
 // cgroup holds what its last Completed intent gave it. The state directory
 // is a small file system of its own (ext4 on a loop device) that one cycle
 // in four fills up (in the middle of a batch) and one in six shuts down at
-// a random moment (EXT4_IOC_SHUTDOWN: EIO on every access, nothing unsynced
-// reaches the device), and for half of those over the restart too, when
-// the daemon must refuse to start on the failing disk and start once it
-// is back: no intent refused with 503 may come back after a restart.
+// a random moment (EXT4_IOC_SHUTDOWN: what was written reaches the device,
+// then every access fails with EIO), and for half of those over the
+// restart too, when the daemon must refuse to start on the failing disk
+// and start once it is back: no intent refused with 503 may come back
+// after a restart.
 //
 // It runs in the VM harness (VM_TEST_PKGS="./test/crash"
 // test/run-vm-tests.sh), which puts the daemon in PATH and sets
