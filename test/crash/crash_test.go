@@ -71,6 +71,7 @@ type daemon struct {
 	exited  chan error
 	logPath string
 	ready   time.Duration // from exec to the API answering
+	begin   time.Time
 }
 
 const startBound = 2 * time.Minute
@@ -138,7 +139,7 @@ func (h *harness) start(cycle int) *daemon {
 		_, err := h.c.Node(ctx)
 		cancel()
 		if err == nil {
-			d.ready = time.Since(begin)
+			d.ready, d.begin = time.Since(begin), begin
 			return d
 		}
 		select {
@@ -166,6 +167,28 @@ func (d *daemon) kill(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-d.exited
+}
+
+var logTime = regexp.MustCompile(`(?m)^time=(\S+) .*msg="?([^"=]*)"? `)
+
+// phases reads the times of the daemon's log lines: from exec to its
+// first line (the binary loaded, Go's package init, options and checks),
+// and from there to the journal replayed (the journal opened and read,
+// recovery). Serving comes a few milliseconds after.
+func (d *daemon) phases() (first, replayed time.Duration) {
+	for _, m := range logTime.FindAllStringSubmatch(d.log(), -1) {
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			continue
+		}
+		if first == 0 {
+			first = at.Sub(d.begin)
+		}
+		if strings.HasPrefix(m[2], "journal replayed") {
+			return first, at.Sub(d.begin) - first
+		}
+	}
+	return first, 0
 }
 
 var replayed = regexp.MustCompile(`msg="journal replayed".* requeued=(\d+) .*took=(\S+)`)
@@ -479,7 +502,7 @@ func TestKillNineLosesNothing(t *testing.T) {
 
 	begin := time.Now()
 	var inFlight, reappliedTotal, ran int
-	var readies, replays []time.Duration
+	var readies, replays, firsts, opens []time.Duration
 	total := map[intent.State]int{}
 	stateDir := filepath.Join(dir, "state")
 	jpath := filepath.Join(stateDir, journal.FileName)
@@ -563,6 +586,8 @@ func TestKillNineLosesNothing(t *testing.T) {
 			inFlight++
 		}
 		readies, replays = append(readies, d.ready), append(replays, took)
+		first, open := d.phases()
+		firsts, opens = append(firsts, first), append(opens, open)
 		states, reapplied := h.verify(cycle)
 		os.Remove(filler)
 		reappliedTotal = reapplied
@@ -588,8 +613,8 @@ func TestKillNineLosesNothing(t *testing.T) {
 		if eio {
 			refusedEIO += refused - refusedBefore
 		}
-		t.Logf("cycle %2d: %4d acknowledged so far, %3d refused, %2d not terminal at the kill, replay %v, serving %v after exec; %v%s",
-			cycle, len(h.acked), refused, requeued, took, d.ready.Round(time.Millisecond), states, disk)
+		t.Logf("cycle %2d: %4d acknowledged so far, %3d refused, %2d not terminal at the kill, replay %v, serving %v after exec (first log line %v, journal read and replayed %v after); %v%s",
+			cycle, len(h.acked), refused, requeued, took, d.ready.Round(time.Millisecond), first.Round(time.Millisecond), open.Round(time.Millisecond), states, disk)
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.log())
 			return
@@ -609,6 +634,8 @@ func TestKillNineLosesNothing(t *testing.T) {
 	}
 	slices.Sort(readies)
 	slices.Sort(replays)
+	slices.Sort(firsts)
+	slices.Sort(opens)
 	t.Logf("%d cycles in %v: %d kills with intents in flight (not terminal in the journal), %d acknowledged intents, %d applied again after a kill; final %v",
 		ran, time.Since(begin).Round(time.Millisecond), inFlight, len(h.acked), reappliedTotal, total)
 	t.Logf("%d compactions seen, %d kills during one", compactions, midCompaction)
@@ -616,6 +643,8 @@ func TestKillNineLosesNothing(t *testing.T) {
 		fullCycles, fullRestarts, eioCycles, eioRestarts, len(h.refused), refusedFull, refusedEIO)
 	t.Logf("recovery: replay median %v max %v; exec to serving median %v max %v; journal %d bytes",
 		replays[len(replays)/2], replays[len(replays)-1], readies[len(readies)/2].Round(time.Millisecond), readies[len(readies)-1].Round(time.Millisecond), size)
+	t.Logf("start-up: exec to the first log line median %v max %v, then to the journal read and replayed median %v max %v",
+		firsts[len(firsts)/2].Round(time.Millisecond), firsts[len(firsts)-1].Round(time.Millisecond), opens[len(opens)/2].Round(time.Millisecond), opens[len(opens)-1].Round(time.Millisecond))
 	if inFlight == 0 {
 		t.Errorf("no kill landed with intents in flight: the test did not test a crash mid-apply")
 	}
