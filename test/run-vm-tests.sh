@@ -56,7 +56,8 @@ payload() {
 # about 1 of 9 runs with 2 vCPUs and never in 300 cycles with 1.
 vm() {
 	local dir=$1
-	# The crash test runs 8.5-9 minutes in a quiet guest and the integration
+	# The crash test runs 7.5-9 minutes in a quiet guest (100 kills since
+	# issue 15; 25 before) and the integration
 	# tests 8: close to the guest script's default 10-minute bound per
 	# binary on a busy host.
 	test/vm/vm.sh run --payload "$dir" --containerd --mem 2G --cpus 1 --timeout 2400 \

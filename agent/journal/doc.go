@@ -9,9 +9,11 @@
 // sync (group commit), so concurrent submitters share the cost of a sync.
 // A batch whose write or sync fails is truncated off the file (and that
 // synced) before its submitters hear of the failure, so a refused intent
-// is never replayed; after it every later Append fails too, until the
-// journal is opened again: the order of the file is the order of the
-// records, and nothing may follow a gap.
+// is never replayed; while the truncation fails too (EIO), the batch may
+// be on disk and its submitters wait, the writer retrying the cut. After a
+// failure every later Append fails too, until the journal is opened
+// again: the order of the file is the order of the records, and nothing
+// may follow a gap.
 //
 // The first line is a header with the format Version; each line after it
 // is a CRC-32C (hex) of the JSON, a space, and the JSON. A file without a

@@ -157,9 +157,14 @@ type Journal struct {
 	batch   uint64 // the batch being queued
 	durable uint64 // every batch up to this one is on disk
 	err     error  // sticky: every batch from failedAt on failed
-	closing bool
-	stats   Stats
-	done    chan struct{}
+	// uncertain is the batch that failed and could not be cut off: it may
+	// be on disk, so its submitters are not told it was refused until it
+	// is cut off (see recut).
+	uncertain uint64
+	closing   bool
+	stats     Stats
+	done      chan struct{}
+	stop      chan struct{} // closed by Close
 
 	// The writer's own.
 	f     file
@@ -185,7 +190,8 @@ type entry struct {
 // tail, and starts the writer. Records returns what it replayed.
 func Open(dir string, opts ...Option) (*Journal, error) {
 	j := &Journal{dir: dir, path: filepath.Join(dir, FileName), history: 10000, compactAt: 1 << 20,
-		index: map[string]entry{}, batch: 1, cutTo: -1, done: make(chan struct{}), wrap: func(f *os.File) file { return osFile{f} }}
+		index: map[string]entry{}, batch: 1, cutTo: -1, done: make(chan struct{}), stop: make(chan struct{}),
+		wrap: func(f *os.File) file { return osFile{f} }}
 	for _, o := range opts {
 		o(j)
 	}
@@ -335,7 +341,7 @@ func (j *Journal) Wait(t Ticket) error {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for j.durable < t.batch && j.err == nil {
+	for j.durable < t.batch && (j.err == nil || t.batch == j.uncertain) {
 		j.flushed.Wait()
 	}
 	if j.durable >= t.batch {
@@ -377,6 +383,7 @@ func (j *Journal) Close() error {
 		return nil
 	}
 	j.closing = true
+	close(j.stop)
 	j.work.Signal()
 	j.mu.Unlock()
 	<-j.done
@@ -385,6 +392,7 @@ func (j *Journal) Close() error {
 	j.mu.Unlock()
 	if j.cutTo >= 0 {
 		err = j.cut(j.cutTo, err)
+		j.settle()
 	}
 	if cerr := j.f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("journal: %w", cerr)
@@ -432,6 +440,9 @@ func (j *Journal) writer() {
 		case failed:
 		case err != nil:
 			j.err = err
+			if j.cutTo >= 0 {
+				j.uncertain = batch
+			}
 		default:
 			j.durable = batch
 			j.stats.Syncs++
@@ -446,7 +457,43 @@ func (j *Journal) writer() {
 		}
 		j.flushed.Broadcast()
 		j.mu.Unlock()
+		if j.cutTo >= 0 {
+			j.recut()
+		}
 	}
+}
+
+// recut tries again to cut off a batch that failed, until it succeeds or
+// the journal closes. Until then the batch may be on disk and be replayed
+// at the next start, so its submitters wait: a client that gives up does
+// not know, as after a crash, but none is told its intent was refused
+// when it may be applied. (Issue 15: with the disk failing, fdatasync
+// returned EIO for a batch whose pages had been written, the truncation
+// failed too, and after the next mount an intent refused with 503 was
+// replayed and applied.) The batches after it were never written: they
+// are refused at once.
+func (j *Journal) recut() {
+	for wait := 50 * time.Millisecond; j.cutTo >= 0; wait = min(2*wait, 2*time.Second) {
+		select {
+		case <-j.stop:
+			return // Close tries once more
+		case <-time.After(wait):
+		}
+		if j.cut(j.cutTo, nil) == nil {
+			j.settle()
+		}
+	}
+}
+
+// settle releases the submitters of an uncertain batch once it is cut off.
+func (j *Journal) settle() {
+	if j.cutTo >= 0 {
+		return
+	}
+	j.mu.Lock()
+	j.uncertain = 0
+	j.flushed.Broadcast()
+	j.mu.Unlock()
 }
 
 // write appends one batch and syncs it. A batch that fails is cut off
@@ -463,6 +510,9 @@ func (j *Journal) write(buf []byte, ents []entry) error {
 	}
 	n, err := j.f.Write(buf)
 	j.size += int64(n)
+	if err != nil && n == 0 {
+		return fmt.Errorf("journal: write: %w", err) // nothing to cut off
+	}
 	if err != nil {
 		return j.cut(before, fmt.Errorf("journal: write: %w", err))
 	}
@@ -478,8 +528,9 @@ func (j *Journal) write(buf []byte, ents []entry) error {
 	return nil
 }
 
-// cut truncates the file back to size, on disk, after the failure why.
-// Until it succeeds (Close tries again) the failed batch may be on disk.
+// cut truncates the file back to size, on disk, after the failure why
+// (nil: a retry, which returns nil once cut). Until it succeeds (the writer
+// and Close try again) the failed batch may be on disk.
 func (j *Journal) cut(size int64, why error) error {
 	j.cutTo = size
 	err := j.f.Truncate(size)
@@ -487,9 +538,15 @@ func (j *Journal) cut(size int64, why error) error {
 		err = j.f.Datasync()
 	}
 	if err != nil {
+		if why == nil {
+			return err
+		}
 		return fmt.Errorf("%w; cutting the failed batch off failed too: %w", why, err)
 	}
 	j.size, j.cutTo = size, -1
 	_, _ = j.f.Seek(size, io.SeekStart) // nothing is written after a failure; for tidiness
+	if why == nil {
+		return nil
+	}
 	return fmt.Errorf("%w (the batch was cut off)", why)
 }

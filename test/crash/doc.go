@@ -5,9 +5,13 @@
 // the same state directory, and checks that every intent the API
 // acknowledged is still there and ends in a terminal state, and that every
 // cgroup holds what its last Completed intent gave it. The state directory
-// is a small tmpfs that one cycle in four fills up (in the middle of a
-// batch, and for half of those over the restart too): no intent refused
-// with 503 may come back after a restart.
+// is a small file system of its own (ext4 on a loop device) that one cycle
+// in four fills up (in the middle of a batch) and one in six shuts down at
+// a random moment (EXT4_IOC_SHUTDOWN: what was written reaches the device,
+// then every access fails with EIO), and for half of those over the
+// restart too, when the daemon must refuse to start on the failing disk
+// and start once it is back: no intent refused with 503 may come back
+// after a restart.
 //
 // It runs in the VM harness (VM_TEST_PKGS="./test/crash"
 // test/run-vm-tests.sh), which puts the daemon in PATH and sets
