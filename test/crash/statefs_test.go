@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+	"github.com/resizer/resize-agent/test/looptest"
 )
 
 // ext4Shutdown is EXT4_IOC_SHUTDOWN, _IOR('X', 125, __u32) (linux
@@ -53,7 +53,7 @@ func newStateFS(t *testing.T, dir string) *stateFS {
 	}
 	img := filepath.Join(t.TempDir(), "state.img")
 	run("dd", "if=/dev/zero", "of="+img, "bs=1M", fmt.Sprint("count=", stateFSMiB))
-	s := &stateFS{t: t, dev: attachLoop(t, img), dir: dir}
+	s := &stateFS{t: t, dev: looptest.Attach(t, img), dir: dir}
 	// No blocks reserved for root: the daemon runs as root, and the disk
 	// must fill up for it too.
 	run("mke2fs", "-q", "-m", "0", s.dev)
@@ -100,47 +100,6 @@ func (s *stateFS) heal() {
 		s.t.Fatalf("unmount %s: %v", s.dir, err)
 	}
 	s.mount()
-}
-
-// attachLoop attaches img to a free loop device (/dev/loop-control), as
-// losetup does, detached when the test ends.
-func attachLoop(t *testing.T, img string) string {
-	t.Helper()
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
-	if err != nil {
-		if os.Getenv(cgrouptest.RequireEnv) == "1" {
-			t.Fatalf("loop devices: %v", err)
-		}
-		t.Skipf("needs loop devices (the VM harness loads the module): %v", err)
-	}
-	defer ctl.Close()
-	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-	if err != nil {
-		t.Fatalf("LOOP_CTL_GET_FREE: %v", err)
-	}
-	dev := fmt.Sprintf("/dev/loop%d", n)
-	if _, err := os.Stat(dev); errors.Is(err, os.ErrNotExist) {
-		if err := unix.Mknod(dev, unix.S_IFBLK|0o600, int(unix.Mkdev(7, uint32(n)))); err != nil {
-			t.Fatalf("mknod %s: %v", dev, err)
-		}
-	}
-	lf, err := os.OpenFile(dev, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(img, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_SET_FD, int(f.Fd())); err != nil {
-		t.Fatalf("LOOP_SET_FD %s: %v", dev, err)
-	}
-	t.Cleanup(func() {
-		_ = unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_CLR_FD, 0)
-		lf.Close()
-	})
-	return dev
 }
 
 // isEIO reports whether a daemon's log says it stopped on EIO.

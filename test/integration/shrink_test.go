@@ -2,7 +2,6 @@ package integration_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+	"github.com/resizer/resize-agent/test/looptest"
 )
 
 // RA_HELPER=dentries fills the helper's own cgroup with reclaimable kernel
@@ -113,7 +112,7 @@ func pageCacheFS(t *testing.T, mb int) string {
 		return strings.TrimSpace(string(out))
 	}
 	run("dd", "if=/dev/zero", "of="+img, "bs=1M", fmt.Sprintf("count=%d", mb))
-	dev := attachLoop(t, img)
+	dev := looptest.Attach(t, img)
 	run("mke2fs", "-q", dev)
 	mp := filepath.Join(dir, "mnt")
 	if err := os.Mkdir(mp, 0o755); err != nil {
@@ -127,47 +126,6 @@ func pageCacheFS(t *testing.T, mb int) string {
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(mp, 0) })
 	return mp
-}
-
-// attachLoop attaches img to a free loop device (/dev/loop-control), as
-// losetup does, detached when the test ends.
-func attachLoop(t *testing.T, img string) string {
-	t.Helper()
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
-	if err != nil {
-		if os.Getenv(cgrouptest.RequireEnv) == "1" {
-			t.Fatalf("loop devices: %v", err)
-		}
-		t.Skipf("needs loop devices (the VM harness loads the module): %v", err)
-	}
-	defer ctl.Close()
-	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-	if err != nil {
-		t.Fatalf("LOOP_CTL_GET_FREE: %v", err)
-	}
-	dev := fmt.Sprintf("/dev/loop%d", n)
-	if _, err := os.Stat(dev); errors.Is(err, os.ErrNotExist) {
-		if err := unix.Mknod(dev, unix.S_IFBLK|0o600, int(unix.Mkdev(7, uint32(n)))); err != nil {
-			t.Fatalf("mknod %s: %v", dev, err)
-		}
-	}
-	lf, err := os.OpenFile(dev, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(img, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_SET_FD, int(f.Fd())); err != nil {
-		t.Fatalf("LOOP_SET_FD %s: %v", dev, err)
-	}
-	t.Cleanup(func() {
-		_ = unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_CLR_FD, 0)
-		lf.Close()
-	})
-	return dev
 }
 
 func startAndWait(t *testing.T, mnt, p string, cmd *exec.Cmd) {
