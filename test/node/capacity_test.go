@@ -459,16 +459,7 @@ func (s *capSuite) drift(ctx context.Context, t *testing.T) {
 	}
 
 	// Restore, opt-in.
-	s.c.k(t, "-n", agentNS, "patch", "ds", agentDS, "--type=json", "-p",
-		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--kube-drift=restore"}]`)
-	poll(t, "the agent restarted with --kube-drift=restore", time.Second, func() (bool, error) {
-		pods, err := s.c.cs.CoreV1().Pods(agentNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=resize-agent"})
-		if err != nil || len(pods.Items) != 1 {
-			return false, err
-		}
-		q := pods.Items[0]
-		return podReady(&q) && q.DeletionTimestamp == nil && strings.Contains(strings.Join(q.Spec.Containers[0].Args, " "), "--kube-drift=restore"), nil
-	})
+	agentWithDriftRestore(ctx, t, s.c)
 	t1 := write("30000 100000")
 	poll(t, "cpu.max restored to the kubelet's 80000 100000", 250*time.Millisecond, func() (bool, error) {
 		return read() == "80000 100000", nil
@@ -481,5 +472,22 @@ func (s *capSuite) drift(ctx context.Context, t *testing.T) {
 			}
 		}
 		return false, nil
+	})
+}
+
+// agentWithDriftRestore restarts the agent's DaemonSet pod with
+// --kube-drift=restore and waits for the new pod to be Ready. The next
+// test's deployAgent applies the overlay again, which takes it back out.
+func agentWithDriftRestore(ctx context.Context, t *testing.T, c *cluster) {
+	t.Helper()
+	c.k(t, "-n", agentNS, "patch", "ds", agentDS, "--type=json", "-p",
+		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--kube-drift=restore"}]`)
+	poll(t, "the agent restarted with --kube-drift=restore", time.Second, func() (bool, error) {
+		pods, err := c.cs.CoreV1().Pods(agentNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=resize-agent"})
+		if err != nil || len(pods.Items) != 1 {
+			return false, err
+		}
+		q := pods.Items[0]
+		return podReady(&q) && q.DeletionTimestamp == nil && strings.Contains(strings.Join(q.Spec.Containers[0].Args, " "), "--kube-drift=restore"), nil
 	})
 }

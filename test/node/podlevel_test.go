@@ -174,16 +174,7 @@ func TestPodLevelDrift(t *testing.T) {
 
 	// Restore, opt-in: through the cgroup package (systemd unit
 	// properties under the systemd driver).
-	s.c.k(t, "-n", agentNS, "patch", "ds", agentDS, "--type=json", "-p",
-		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--kube-drift=restore"}]`)
-	poll(t, "the agent restarted with --kube-drift=restore", time.Second, func() (bool, error) {
-		pods, err := s.c.cs.CoreV1().Pods(agentNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=resize-agent"})
-		if err != nil || len(pods.Items) != 1 {
-			return false, err
-		}
-		q := pods.Items[0]
-		return podReady(&q) && q.DeletionTimestamp == nil && strings.Contains(strings.Join(q.Spec.Containers[0].Args, " "), "--kube-drift=restore"), nil
-	})
+	agentWithDriftRestore(ctx, t, s.c)
 	t2 := write("30000 100000")
 	poll(t, "the pod cgroup's cpu.max restored to the kubelet's 80000 100000", 250*time.Millisecond, func() (bool, error) {
 		return podFile("cpu.max") == "80000 100000", nil
