@@ -73,6 +73,24 @@ test-node: IMAGE_ARCHS := $(shell go env GOARCH)
 test-node: image
 	test/node/run.sh
 
+# docs/walkthrough.md part 2 run for real on that node (test/node
+# TestWalkthrough): its marked blocks as they stand, each one's output
+# checked. One VM: flock /tmp/vm.lock make walkthrough.
+.PHONY: walkthrough dashboard-images
+walkthrough: IMAGE_ARCHS := $(shell go env GOARCH)
+walkthrough: image
+	test/node/run.sh -test.run '^TestWalkthrough$$'
+
+# The walkthrough again with Prometheus (built from the module proxy,
+# test/tools.sh) scraping the agent throughout; the dashboard's key panels
+# are evaluated over the run into docs/img/dashboard/*.tsv and drawn with
+# gnuplot into docs/img/dashboard-*.png (docs/img/dashboard.sh). Commit both.
+dashboard-images: IMAGE_ARCHS := $(shell go env GOARCH)
+dashboard-images: image
+	RESIZE_AGENT_PROMETHEUS=$$(test/tools.sh prometheus) NODE_PROMETHEUS=$(CURDIR)/docs/img/dashboard \
+		test/node/run.sh -test.run '^TestWalkthrough$$'
+	docs/img/dashboard.sh
+
 # Fuzzing: go test -fuzz takes one package and one target per run. Each
 # target runs for a number of executions, not a duration: with a duration,
 # Go 1.26's coordinator can report its own deadline as a failure
@@ -121,10 +139,13 @@ bench:
 	test/bench/bench.sh
 
 # The pictures under docs/img, rendered from their Graphviz sources
-# (docs/img/render.sh; commit the .dot and the .png together).
+# (docs/img/render.sh; commit the .dot and the .png together), and the
+# dashboard's panels redrawn from the committed data of the last
+# make dashboard-images (docs/img/dashboard.sh).
 .PHONY: docs-images
 docs-images:
 	docs/img/render.sh
+	docs/img/dashboard.sh
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Draws the dashboard's key panels from a real run: docs/img/dashboard/NAME.tsv
+# (written by test/node TestWalkthrough with NODE_PROMETHEUS: the panel's
+# queries from deploy/monitoring/dashboard.json, evaluated by Prometheus
+# over the run) -> docs/img/dashboard-NAME.png, with gnuplot. Commit both.
+# `make dashboard-images` runs the node and then this; `make docs-images`
+# redraws from the committed data. Needs gnuplot (Debian: apt-get install
+# gnuplot-nox; installed here when missing and run as root).
+set -euo pipefail
+cd "$(dirname "$0")"
+if ! command -v gnuplot >/dev/null; then
+	if [[ $(id -u) != 0 ]]; then
+		echo "docs/img: gnuplot is missing: apt-get install gnuplot-nox" >&2
+		exit 1
+	fi
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gnuplot-nox >/dev/null
+fi
+shopt -s nullglob
+files=(dashboard/*.tsv)
+((${#files[@]})) || { echo "docs/img: no dashboard/*.tsv (make dashboard-images)" >&2; exit 1; }
+for tsv in "${files[@]}"; do
+	name=$(basename "$tsv" .tsv)
+	title=$(sed -n 's/^# title: //p' "$tsv")
+	unit=$(sed -n 's/^# unit: //p' "$tsv")
+	cols=$(grep -v '^#' "$tsv" | head -1 | awk -F'\t' '{print NF}')
+	ylabel=""
+	yformat="%g"
+	case $unit in
+	s) ylabel="seconds" ;;
+	percentunit) ylabel="share of the time"; yformat="%.0f%%" ;;
+	ops) ylabel="per second" ;;
+	*) ylabel=$unit ;;
+	esac
+	scale=1
+	[[ $unit == percentunit ]] && scale=100
+	marks=""
+	while read -r at label; do
+		marks+="set arrow from $at, graph 0 to $at, graph 1 nohead dt 2 lc rgb '#888888'"$'\n'
+		marks+="set label '$label' at $at, graph 1.04 center font ',8' tc rgb '#555555'"$'\n'
+	done < <(sed -n 's/^# mark: //p' "$tsv")
+	gnuplot <<GP
+set terminal pngcairo size 900,330 font 'sans,9'
+set output 'dashboard-$name.png'
+set datafile separator '\t'
+set datafile missing 'NaN'
+set title "$title" offset 0,1
+set xlabel 'seconds into the run'
+set ylabel '$ylabel'
+set format y '$yformat'
+set yrange [0:*]
+set xrange [0:*]
+set key outside right top
+set grid ytics lc rgb '#dddddd'
+set tmargin 4
+$marks
+plot for [i=2:$cols] '$tsv' using 1:(column(i)*$scale) with linespoints pt 7 ps 0.4 lw 1.5 title columnheader(i)
+GP
+	echo "docs/img: dashboard-$name.png from $tsv ($(gnuplot --version))"
+done
