@@ -24,6 +24,8 @@ var (
 	descRunq      = prometheus.NewDesc("resize_agent_container_runqueue_latency_seconds", "Time from a task becoming runnable to it running, per container (eBPF).", labels, nil)
 	descReclaim   = prometheus.NewDesc("resize_agent_container_memory_reclaim_stall_seconds_total", "Time the container's tasks spent in memcg reclaim (eBPF).", labels, nil)
 	descReclaims  = prometheus.NewDesc("resize_agent_container_memory_reclaims_total", "Memcg reclaim runs by the container's tasks (eBPF).", labels, nil)
+	descCPULimit  = prometheus.NewDesc("resize_agent_container_cpu_limit_cores", "The container's CPU limit in force: cpu.max's quota over its period (absent when max).", labels, nil)
+	descMemLimit  = prometheus.NewDesc("resize_agent_container_memory_limit_bytes", "The container's memory limit in force: memory.max (absent when max).", labels, nil)
 	descErr       = prometheus.NewDesc("resize_agent_pressure_read_errors", "Pressure reads that failed at the last scrape, by source.", []string{"source"}, nil)
 	descSource    = prometheus.NewDesc("resize_agent_pressure_source_info", "The pressure sources in use (1 each).", []string{"source"}, nil)
 	// The eBPF programs' own cost, as ebpf_exporter exports it: the
@@ -79,8 +81,28 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	var limits LimitSource
+	for _, src := range c.sources {
+		if ls, ok := src.(LimitSource); ok {
+			limits = ls
+			break
+		}
+	}
 	for _, t := range c.targets() {
 		lv := []string{t.Name, t.PodUID, t.Cgroup}
+		if limits != nil {
+			// Beside the pressure, what the cgroup is held to: the
+			// dashboard draws them together. A cgroup that cannot be
+			// read is counted by the pressure reads below.
+			if l, err := limits.Limits(t.Cgroup); err == nil {
+				if l.CPUCores > 0 {
+					ch <- prometheus.MustNewConstMetric(descCPULimit, prometheus.GaugeValue, l.CPUCores, lv...)
+				}
+				if l.MemoryBytes > 0 {
+					ch <- prometheus.MustNewConstMetric(descMemLimit, prometheus.GaugeValue, float64(l.MemoryBytes), lv...)
+				}
+			}
+		}
 		oomDone := false
 		for _, src := range c.sources {
 			s, err := src.Read(t.Cgroup)

@@ -51,6 +51,24 @@ resize_agent_pressure_source_info{source="psi"} 1
 		"resize_agent_pressure_read_errors", "resize_agent_pressure_source_info"); err != nil {
 		t.Error(err)
 	}
+	// The limits in force, beside the pressure: none while cpu.max and
+	// memory.max are max, the kernel's values once set.
+	limitNames := []string{"resize_agent_container_cpu_limit_cores", "resize_agent_container_memory_limit_bytes"}
+	if n := testutil.CollectAndCount(c, limitNames...); n != 0 {
+		t.Errorf("%d limit series for unlimited cgroups", n)
+	}
+	cgrouptest.SetFile(t, root, "/pod/web", "cpu.max", "25000 100000")
+	cgrouptest.SetFile(t, root, "/pod/web", "memory.max", "134217728")
+	if err := testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP resize_agent_container_cpu_limit_cores The container's CPU limit in force: cpu.max's quota over its period (absent when max).
+# TYPE resize_agent_container_cpu_limit_cores gauge
+resize_agent_container_cpu_limit_cores{container="web",id="/pod/web",pod_uid="u1"} 0.25
+# HELP resize_agent_container_memory_limit_bytes The container's memory limit in force: memory.max (absent when max).
+# TYPE resize_agent_container_memory_limit_bytes gauge
+resize_agent_container_memory_limit_bytes{container="web",id="/pod/web",pod_uid="u1"} 1.34217728e+08
+`), limitNames...); err != nil {
+		t.Error(err)
+	}
 	s := pressure.Summarize("/pod/web", []pressure.Source{pressure.Files{CG: cg}})
 	if s.CPUStallSeconds != 2.5 || s.OOMKills != 2 || s.ThrottledPeriods != 7 || s.CPUSomeAvg10 == nil || *s.CPUSomeAvg10 != 1.5 {
 		t.Errorf("Summary %+v", s)
@@ -59,13 +77,14 @@ resize_agent_pressure_source_info{source="psi"} 1
 
 func TestMetricNames(t *testing.T) {
 	names := pressure.MetricNames()
-	for _, want := range []string{"container_oom_events_total", "container_pressure_io_stalled_seconds_total", "resize_agent_container_runqueue_latency_seconds", "resize_agent_pressure_source_info", "resize_agent_bpf_program_runs_total", "resize_agent_bpf_program_run_seconds_total"} {
+	for _, want := range []string{"container_oom_events_total", "container_pressure_io_stalled_seconds_total", "resize_agent_container_runqueue_latency_seconds", "resize_agent_pressure_source_info", "resize_agent_bpf_program_runs_total", "resize_agent_bpf_program_run_seconds_total",
+		"resize_agent_container_cpu_limit_cores", "resize_agent_container_memory_limit_bytes"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("pressure.MetricNames() lacks %s: %v", want, names)
 		}
 	}
-	if len(names) != 17 {
-		t.Errorf("MetricNames() has %d names, want 17: %v", len(names), names)
+	if len(names) != 19 {
+		t.Errorf("MetricNames() has %d names, want 19: %v", len(names), names)
 	}
 }
 

@@ -12,7 +12,7 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 // MetricNames lists the metrics the collector can export, whichever sources
 // are in use, so that dashboards and alerts can be checked against them.
 func MetricNames() []string {
-	descs := []*prometheus.Desc{descPeriods, descThrottled, descThrotSec, descOOM, descRunq, descReclaim, descReclaims, descErr, descSource, descProgRuns, descProgTime}
+	descs := []*prometheus.Desc{descPeriods, descThrottled, descThrotSec, descOOM, descRunq, descReclaim, descReclaims, descErr, descSource, descProgRuns, descProgTime, descCPULimit, descMemLimit}
 	for _, d := range descPSI {
 		descs = append(descs, d[0], d[1])
 	}

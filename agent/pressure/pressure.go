@@ -65,6 +65,36 @@ func (f Files) Read(p string) (Sample, error) {
 	return Sample{Source: "psi", CPUStall: pr.CPU.Some, MemoryStall: pr.Memory.Some, OOMKills: pr.OOMKills, Files: &pr}, nil
 }
 
+// Limits are the limits a cgroup's files hold now, for the pressure
+// panels to show beside the pressure: the kernel's, whoever wrote them.
+type Limits struct {
+	// CPUCores is cpu.max's quota over its period; 0 when "max".
+	CPUCores float64
+	// MemoryBytes is memory.max; 0 when "max".
+	MemoryBytes int64
+}
+
+// LimitSource is a Source that also reads a cgroup's limits.
+type LimitSource interface {
+	Limits(cgroupPath string) (Limits, error)
+}
+
+// Limits reads cpu.max and memory.max.
+func (f Files) Limits(p string) (Limits, error) {
+	st, err := f.CG.Read(p)
+	if err != nil {
+		return Limits{}, err
+	}
+	var l Limits
+	if st.CPUMax.Quota != cgroup.Unlimited && st.CPUMax.Quota > 0 && st.CPUMax.Period > 0 {
+		l.CPUCores = float64(st.CPUMax.Quota) / float64(st.CPUMax.Period)
+	}
+	if st.MemoryMax != cgroup.Unlimited && st.MemoryMax > 0 {
+		l.MemoryBytes = st.MemoryMax
+	}
+	return l, nil
+}
+
 // Summary is the latest pressure of a container, as the API shows it.
 type Summary = api.PressureSummary
 

@@ -22,17 +22,32 @@ for tsv in "${files[@]}"; do
 	name=$(basename "$tsv" .tsv)
 	title=$(sed -n 's/^# title: //p' "$tsv")
 	unit=$(sed -n 's/^# unit: //p' "$tsv")
-	cols=$(grep -v '^#' "$tsv" | head -1 | awk -F'\t' '{print NF}')
-	ylabel=""
-	yformat="%g"
-	case $unit in
-	s) ylabel="seconds" ;;
-	percentunit) ylabel="share of the time"; yformat="%.0f%%" ;;
-	ops) ylabel="per second" ;;
-	*) ylabel=$unit ;;
-	esac
-	scale=1
-	[[ $unit == percentunit ]] && scale=100
+	IFS=$'\t' read -r -a header < <(grep -v '^#' "$tsv" | head -1)
+	label() { # unit -> axis label and the factor the values are drawn at
+		case $1 in
+		s) echo "seconds|1" ;;
+		percentunit) echo "share of the time (%)|100" ;;
+		ops) echo "per second|1" ;;
+		bytes) echo "MiB|1/1048576.0" ;;
+		short | "") echo "|1" ;;
+		*) echo "$1|1" ;;
+		esac
+	}
+	IFS='|' read -r ylabel scale < <(label "$unit")
+	y2=$(sed -n 's/^# y2: //p' "$tsv")
+	y2unit=${y2%% *} y2re=${y2#* }
+	IFS='|' read -r y2label y2scale < <(label "$y2unit")
+	plots=() axis2=""
+	for ((i = 1; i < ${#header[@]}; i++)); do
+		col=$((i + 1)) name_i=${header[i]//\'/}
+		if [[ -n $y2 && ${header[i]} =~ $y2re ]]; then
+			plots+=("'$tsv' using 1:(column($col)*$y2scale) axes x1y2 with linespoints pt 7 ps 0.4 lw 1.5 title '$name_i ($y2label)'")
+			axis2="set y2label '$y2label'; set y2tics; set y2range [0:*]; set ytics nomirror"
+		else
+			plots+=("'$tsv' using 1:(column($col)*$scale) with linespoints pt 7 ps 0.4 lw 1.5 title '$name_i'")
+		fi
+	done
+	plot=$(IFS=,; echo "${plots[*]}")
 	marks=""
 	while read -r at label; do
 		marks+="set arrow from $at, graph 0 to $at, graph 1 nohead dt 2 lc rgb '#888888'"$'\n'
@@ -46,14 +61,14 @@ set datafile missing 'NaN'
 set title "$title" offset 0,1
 set xlabel 'seconds into the run'
 set ylabel '$ylabel'
-set format y '$yformat'
+$axis2
 set yrange [0:*]
 set xrange [0:*]
 set key outside right top
 set grid ytics lc rgb '#dddddd'
 set tmargin 4
 $marks
-plot for [i=2:$cols] '$tsv' using 1:(column(i)*$scale) with linespoints pt 7 ps 0.4 lw 1.5 title columnheader(i)
+plot $plot
 GP
 	echo "docs/img: dashboard-$name.png from $tsv ($(gnuplot --version))"
 done

@@ -48,6 +48,7 @@ var promPanels = []struct{ title, file string }{
 	{"Kubernetes resizes by outcome", "kube-resizes-by-outcome"},
 	{"CPU throttled time", "cpu-throttled"},
 	{"CPU and memory pressure (PSI some)", "psi"},
+	{"Limits in force (cgroup)", "limits"},
 }
 
 type promRun struct {
@@ -240,6 +241,16 @@ type dashboardPanel struct {
 		Defaults struct {
 			Unit string `json:"unit"`
 		} `json:"defaults"`
+		Overrides []struct {
+			Matcher struct {
+				ID      string `json:"id"`
+				Options string `json:"options"`
+			} `json:"matcher"`
+			Properties []struct {
+				ID    string `json:"id"`
+				Value any    `json:"value"`
+			} `json:"properties"`
+		} `json:"overrides"`
 	} `json:"fieldConfig"`
 }
 
@@ -333,6 +344,23 @@ func (r *promRun) draw(t *testing.T) {
 		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "# title: %s\n# unit: %s\n", p.Title, p.FieldConfig.Defaults.Unit)
+		// Series the dashboard puts on the right axis, with their unit.
+		for _, o := range p.FieldConfig.Overrides {
+			if o.Matcher.ID != "byRegexp" {
+				continue
+			}
+			var right bool
+			unit := ""
+			for _, pr := range o.Properties {
+				right = right || (pr.ID == "custom.axisPlacement" && pr.Value == "right")
+				if pr.ID == "unit" {
+					unit = fmt.Sprint(pr.Value)
+				}
+			}
+			if right {
+				fmt.Fprintf(&b, "# y2: %s %s\n", unit, o.Matcher.Options)
+			}
+		}
 		for _, q := range queries {
 			fmt.Fprintf(&b, "# query: %s\n", q)
 		}

@@ -76,8 +76,14 @@ type docShell struct {
 	t       *testing.T
 	env     []string
 	prelude []string
-	subst   [2]string // the doc's image and the node's
+	image   string // the node's, for the doc's busybox:1.36
 }
+
+// docImageRE is the doc's image line. On the node it becomes the node's
+// image, which is only in containerd's store: its tag is latest, whose
+// default pull policy (Always) would ask a registry, so IfNotPresent is
+// added.
+var docImageRE = regexp.MustCompile(`(?m)^([ \t]*)image: busybox:1\.36$`)
 
 func newDocShell(t *testing.T, c *cluster, pluginDir, image string) *docShell {
 	bin := t.TempDir()
@@ -90,7 +96,7 @@ func newDocShell(t *testing.T, c *cluster, pluginDir, image string) *docShell {
 	}
 	env := append(os.Environ(), "KUBECONFIG="+c.kubeconfig,
 		"PATH="+bin+string(os.PathListSeparator)+pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	return &docShell{t: t, env: env, subst: [2]string{"image: busybox:1.36", "image: " + image}}
+	return &docShell{t: t, env: env, image: image}
 }
 
 // run runs one block with bash -e -o pipefail; what it started in the
@@ -99,9 +105,9 @@ func newDocShell(t *testing.T, c *cluster, pluginDir, image string) *docShell {
 func (s *docShell) run(b docBlock) (string, error) {
 	t := s.t
 	text := b.text
-	if strings.Contains(text, s.subst[0]) {
-		text = strings.ReplaceAll(text, s.subst[0], s.subst[1])
-		t.Logf("step %s: %q in place of %q (the node pulls no image)", b.name, s.subst[1], s.subst[0])
+	if docImageRE.MatchString(text) {
+		text = docImageRE.ReplaceAllString(text, "${1}image: "+s.image+"\n${1}imagePullPolicy: IfNotPresent")
+		t.Logf("step %s: image %s (pull policy IfNotPresent) in place of busybox:1.36: the node reaches no registry", b.name, s.image)
 	}
 	script := strings.Join(append(append([]string{}, s.prelude...), text), "\n")
 	for _, l := range strings.Split(b.text, "\n") {
