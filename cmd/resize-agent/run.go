@@ -146,7 +146,25 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	}
 	metrics.RegisterNode(reg, a)
 	metrics.RegisterIntents(reg, func(s intent.State) []intent.Intent { return a.List(agent.Filter{}, s) }, time.Now)
-	reg.MustRegister(pressure.NewCollector(a.Targets, sources...))
+	// The containers the agent manages, and in Kubernetes mode every
+	// container of the node's pods (the latency tracker locates them).
+	var kubeTargets func() []pressure.Target
+	reg.MustRegister(pressure.NewCollector(func() []pressure.Target {
+		ts := a.Targets()
+		if kubeTargets == nil {
+			return ts
+		}
+		seen := make(map[string]bool, len(ts))
+		for _, x := range ts {
+			seen[x.Cgroup] = true
+		}
+		for _, x := range kubeTargets() {
+			if !seen[x.Cgroup] {
+				ts = append(ts, x)
+			}
+		}
+		return ts
+	}, sources...))
 
 	var ready atomic.Bool
 	mux := apiserver.NewHandler(a, apiserver.WithWatchLimits(o.MaxWatches, o.MaxWatchesPerPeer))
@@ -160,6 +178,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 			return errors.Join(err, a.Close(context.Background()))
 		}
 		mux.Handle("GET /v1/kube/resizes", lat)
+		kubeTargets = lat.Targets
 		kc.Companions = append(kc.Companions, lat.Run)
 		if o.KubeMemoryReclaim {
 			// The kubelet's memory decreases below usage: reclaim first.

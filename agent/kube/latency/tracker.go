@@ -623,6 +623,23 @@ func (t *Tracker) sample(now time.Time) {
 	}
 }
 
+// Targets lists the running containers of the node's pods whose cgroups
+// the tracker has located, for the pressure collector: in Kubernetes mode
+// the agent manages no container of its own, and the dashboard's pressure
+// row reads these.
+func (t *Tracker) Targets() []pressure.Target {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []pressure.Target
+	for _, pt := range t.pods {
+		for name, l := range pt.cgroups {
+			out = append(out, pressure.Target{Name: name, PodUID: string(pt.ref.UID), Cgroup: l.path})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Cgroup < out[j].Cgroup })
+	return out
+}
+
 // Resizes lists the measured resizes, oldest first, then those still open
 // or in their window after.
 func (t *Tracker) Resizes() []api.KubeResize {

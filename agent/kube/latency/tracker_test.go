@@ -159,6 +159,11 @@ func TestPhasesInOrder(t *testing.T) {
 	for range 8 { // 40 s of samples before the resize
 		f.at(5 * time.Second)
 	}
+	// The located container is a pressure target (the collector's in
+	// Kubernetes mode).
+	if ts := f.tr.Targets(); len(ts) != 1 || ts[0].Cgroup != ctrCgroup || ts[0].Name == "" || ts[0].PodUID == "" {
+		t.Errorf("Targets() %+v, want the pod's container at %s", ts, ctrCgroup)
+	}
 	f.q.counts[ctrCgroup] = []uint64{10, 60, 100} // starved: p50 in (1ms, 10ms]
 	cgrouptest.FakePressure(t, f.root, ctrCgroup, 15_000_000, 80, 0)
 	seen := f.at(time.Second)
