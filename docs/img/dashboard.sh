@@ -41,17 +41,19 @@ for tsv in "${files[@]}"; do
 	for ((i = 1; i < ${#header[@]}; i++)); do
 		col=$((i + 1)) name_i=${header[i]//\'/}
 		if [[ -n $y2 && ${header[i]} =~ $y2re ]]; then
-			plots+=("'$tsv' using 1:(column($col)*$y2scale) axes x1y2 with linespoints pt 7 ps 0.4 lw 1.5 title '$name_i ($y2label)'")
+			plots+=("'$tsv' using 1:(column($col)*$y2scale) axes x1y2 with points pt 7 ps 0.45 title '$name_i ($y2label)'")
 			axis2="set y2label '$y2label'; set y2tics; set y2range [0:*]; set ytics nomirror"
 		else
-			plots+=("'$tsv' using 1:(column($col)*$scale) with linespoints pt 7 ps 0.4 lw 1.5 title '$name_i'")
+			plots+=("'$tsv' using 1:(column($col)*$scale) with points pt 7 ps 0.45 title '$name_i'")
 		fi
 	done
 	plot=$(IFS=,; echo "${plots[*]}")
-	marks=""
+	marks="" n=0
 	while read -r at label; do
+		n=$((n + 1)) y=1.03
+		((n % 2)) || y=1.09 # alternate heights: close marks' labels do not overlap
 		marks+="set arrow from $at, graph 0 to $at, graph 1 nohead dt 2 lc rgb '#888888'"$'\n'
-		marks+="set label '$label' at $at, graph 1.04 center font ',8' tc rgb '#555555'"$'\n'
+		marks+="set label '$label' at $at, graph $y center font ',8' tc rgb '#555555'"$'\n'
 	done < <(sed -n 's/^# mark: //p' "$tsv")
 	gnuplot <<GP
 set terminal pngcairo size 900,330 font 'sans,9'
@@ -66,7 +68,7 @@ set yrange [0:*]
 set xrange [0:*]
 set key outside right top
 set grid ytics lc rgb '#dddddd'
-set tmargin 4
+set tmargin 5
 $marks
 plot $plot
 GP
