@@ -255,7 +255,7 @@ func TestDaemonUnderLoad(t *testing.T) {
 	<-sampled
 	hwm := procStatus(t, "VmHWM")
 
-	t.Logf("load up in %v (%s); %d goroutines in the daemon's process (one a connection served)", loadUp.Round(time.Millisecond), ready, held)
+	t.Logf("load up in %v (%s); %d goroutines in the daemon's process", loadUp.Round(time.Millisecond), ready, held)
 	t.Logf("answers under load (idle timeout %v): readyz %v, submit to Completed %v, list page %v",
 		idle, answer["readyz"].Round(time.Millisecond), answer["submit to Completed"].Round(time.Millisecond), answer["list page"].Round(time.Millisecond))
 	t.Logf("daemon memory (KiB): VmRSS %d after start, %d loaded, %d at the end, %d peak sampled; VmHWM %d after start, %d at the end; Go heap in use peak %d",

@@ -12,6 +12,9 @@
 #   BENCH_COUNT      -count of the microbenchmarks (default 6, the fewest for which
 #                    benchstat gives a 95% confidence interval)
 #   BENCH_README     file to render into (default docs/benchmarks.md; "-" renders nothing)
+#   RESIZE_AGENT_LOAD_IDLE, RESIZE_AGENT_LOAD_MB, GOMEMLIMIT  the load test's idle
+#                    timeout (default 60s, the DaemonSet's), history (100 MiB) and
+#                    the daemon's Go memory limit (none, as deployed)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -49,6 +52,15 @@ else
 	: >"$out/benchstat.txt"
 fi
 
+# The daemon under issue 15's load, on the host: a 100 MB history, 10,000 idle
+# connections and 1,000 watch streams at once (cmd/resize-agent
+# TestDaemonUnderLoad, a few minutes: answers wait out the 60 s idle timeout).
+# A broken bound fails make bench at the end, after the rest has run.
+echo "== the daemon under load (host; RESIZE_AGENT_LOAD_IDLE=${RESIZE_AGENT_LOAD_IDLE:-60s})"
+load_rc=0
+RESIZE_AGENT_LOAD=1 go test -count=1 -run='^TestDaemonUnderLoad$' -v -timeout=30m ./cmd/resize-agent \
+	2>&1 | grep -v '^{' | tee "$out/load.txt" || load_rc=$?
+
 echo "== resize benchmarks in the VM (N=$N, N_RUNTIME=$N_RUNTIME; host load $(load), $(qemus) qemu running)"
 test/vm/vm.sh prepare
 vm_start=$(date +%s)
@@ -70,4 +82,8 @@ if [[ $README != - ]]; then
 		-micro "$out/micro.txt" -benchstat "$out/benchstat.txt" -profile "$out/profile.txt" \
 		-count "$COUNT" -host "$host" -run-time "$((secs / 60)) min $((secs % 60)) s (the VM part $((vm_secs / 60)) min $((vm_secs % 60)) s)"
 	echo "== $README: bench block rewritten"
+fi
+if ((load_rc != 0)); then
+	echo "== the daemon under load broke a bound: see $out/load.txt" >&2
+	exit "$load_rc"
 fi
