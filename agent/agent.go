@@ -147,6 +147,7 @@ type record struct {
 	// key is the container's; ticket is the journaling of its acceptance;
 	// recovered marks an intent queued again by Recover (recover.go).
 	key       string
+	shared    *sharedResources // keeps Spec.Resources' shared copy in the table (history.go)
 	ticket    journal.Ticket
 	recovered bool
 	// deferredAt is when the intent was first Deferred, which orders the
@@ -199,7 +200,8 @@ func (a *Agent) SubmitFrom(origin intent.Origin, spec intent.Spec) (intent.Inten
 		return intent.Intent{}, false, err
 	}
 	// The stored spec must not share maps with the caller's.
-	spec.Resources = a.specs.intern(spec.Resources)
+	var shared *sharedResources
+	spec.Resources, shared = a.specs.intern(spec.Resources)
 	spec.ResizePolicy = slices.Clone(spec.ResizePolicy)
 	res, err := a.resolve(spec.Target)
 	if err != nil {
@@ -252,7 +254,7 @@ func (a *Agent) SubmitFrom(origin intent.Origin, spec intent.Spec) (intent.Inten
 	a.seq++
 	r := &record{Intent: intent.Intent{ID: spec.ID, Origin: origin, Spec: spec, Status: intent.Status{
 		State: intent.Proposed, AcceptedAt: now, UpdatedAt: now,
-	}}, change: change, seq: a.seq}
+	}}, change: change, seq: a.seq, shared: shared}
 	if r.ID == "" {
 		r.ID = newID()
 		r.Spec.ID = r.ID

@@ -11,3 +11,7 @@ func SetProbeTimeout(t *testing.T, d time.Duration) {
 	probeTimeout = d
 	t.Cleanup(func() { probeTimeout = old })
 }
+
+// SharedSpecs is the number of resources sections in the agent's table of
+// shared copies.
+func (a *Agent) SharedSpecs() int { return a.specs.len() }
