@@ -437,3 +437,133 @@ func TestWatchStreamsMemory(t *testing.T) {
 	conns = nil
 	readers.Wait()
 }
+
+// TestFullListenerMakesRoom: a listener at --max-connections closes the
+// connection that has waited longest without a request to serve a new
+// one, rather than leaving the new one in the kernel's queue for an idle
+// timeout (issue 15: a probe waited 116 s under a flood of idle
+// connections); it never closes one with a request in flight.
+func TestFullListenerMakesRoom(t *testing.T) {
+	const held = 8
+	dir := t.TempDir()
+	o := DefaultOptions()
+	o.StateDir = ""
+	o.Socket = filepath.Join(dir, "agent.sock")
+	o.MetricsAddress = "127.0.0.1:0"
+	o.MaxConnections, o.IdleTimeout = held, "60s"
+	d := startDaemon(t, o, "/kubepods/a")
+	metrics := d.addrs["metrics"]
+	// get asks on a new connection and says how long the answer took.
+	get := func(network, addr, path string, timeout time.Duration) (time.Duration, error) {
+		hc := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, network, addr)
+			}}}
+		t0 := time.Now()
+		resp, err := hc.Get("http://agent" + path)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return time.Since(t0), nil
+	}
+	// open holds a connection: after one request (idle), or silent.
+	open := func(network, addr, request string) net.Conn {
+		c, err := net.Dial(network, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if request == "" {
+			return c
+		}
+		if _, err := io.WriteString(c, "GET "+request+" HTTP/1.1\r\nHost: agent\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(request, "/v1/watch") {
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return c
+	}
+	closed := func(c net.Conn, within time.Duration) bool {
+		c.SetReadDeadline(time.Now().Add(within))
+		_, err := c.Read(make([]byte, 1))
+		return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+	}
+
+	// Idle after a request: the oldest goes at once.
+	var idle []net.Conn
+	for range held {
+		idle = append(idle, open("tcp", metrics, "/healthz"))
+		time.Sleep(10 * time.Millisecond)
+	}
+	took, err := get("tcp", metrics, "/readyz", 10*time.Second)
+	if err != nil {
+		t.Fatalf("a new connection to a listener holding %d idle ones: %v", held, err)
+	}
+	t.Logf("answered beside %d idle connections in %v", held, took.Round(time.Millisecond))
+	if took > 5*time.Second {
+		t.Errorf("answered after %v: it waited for room", took)
+	}
+	if !closed(idle[0], 2*time.Second) {
+		t.Errorf("the longest idle connection is still open")
+	}
+	if closed(idle[held-1], 100*time.Millisecond) {
+		t.Errorf("the newest idle connection was closed, not the oldest")
+	}
+
+	// Silent since they opened: they go after newSilence, before the
+	// server's 10 s header timeout would free them.
+	for _, c := range idle {
+		c.Close()
+	}
+	for range held {
+		open("tcp", metrics, "")
+	}
+	took, err = get("tcp", metrics, "/readyz", 8*time.Second)
+	if err != nil {
+		t.Fatalf("a new connection to a listener holding %d silent ones: %v", held, err)
+	}
+	t.Logf("answered beside %d silent connections in %v", held, took.Round(time.Millisecond))
+
+	// Busy: watch streams are never closed for room; a new connection
+	// waits until one ends.
+	var streams []net.Conn
+	for range held {
+		streams = append(streams, open("unix", o.Socket, "/v1/watch"))
+	}
+	time.Sleep(200 * time.Millisecond) // every stream's request read
+	if _, err := get("unix", o.Socket, "/v1/node", 1500*time.Millisecond); err == nil {
+		t.Errorf("a new connection was served while %d watch streams held the listener", held)
+	}
+	for _, c := range streams[1:] {
+		if closed(c, 10*time.Millisecond) {
+			t.Fatalf("a watch stream was closed to make room")
+		}
+	}
+	streams[0].Close()
+	if _, err := get("unix", o.Socket, "/v1/node", 10*time.Second); err != nil {
+		t.Errorf("after a watch stream ended: %v", err)
+	}
+
+	// Counted, by listener.
+	hc := &http.Client{Timeout: 10 * time.Second}
+	resp, err := hc.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `resize_agent_connections_evicted_total{listener="metrics"}`) {
+		t.Errorf("no resize_agent_connections_evicted_total for the metrics listener in /metrics")
+	}
+}

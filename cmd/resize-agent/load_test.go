@@ -105,8 +105,16 @@ func TestDaemonUnderLoad(t *testing.T) {
 	// connections on the socket, with room for the watches that wait for
 	// intents to settle: more than the DaemonSet's flags allow, not less.
 	o.MaxConnections, o.MaxWatches, o.MaxWatchesPerPeer = 2*loadWatches, loadWatches+20, loadWatches+20
-	// GOMEMLIMIT in the environment sets the runtime's soft limit, as it
-	// would in the DaemonSet's; the children run without it.
+	// As deployed: the DaemonSet gives the daemon its container's limit,
+	// from which it sets the runtime's soft limit (memlimit.go);
+	// GOMEMLIMIT in the environment overrides it, as it would there. The
+	// children run without either.
+	if os.Getenv(memoryLimitEnv) == "" {
+		t.Setenv(memoryLimitEnv, fmt.Sprintf("%dMi", loadLimitMiB))
+	}
+	if err := setMemoryLimit(quiet); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("GOMEMLIMIT %q: the runtime's memory limit is %d MiB", os.Getenv("GOMEMLIMIT"), debug.SetMemoryLimit(-1)>>20)
 	t0 = time.Now()
 	d := startDaemon(t, o, paths...)
@@ -319,7 +327,7 @@ func heapProfile(t *testing.T) string {
 // output.
 func child(t *testing.T, role, arg string) string {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLoadChild$", "-test.v")
-	cmd.Env = append(os.Environ(), loadRoleEnv+"="+role, loadArgEnv+"="+arg, loadEnv+"=", "GOMEMLIMIT=")
+	cmd.Env = append(os.Environ(), loadRoleEnv+"="+role, loadArgEnv+"="+arg, loadEnv+"=", "GOMEMLIMIT=", memoryLimitEnv+"=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s child: %v\n%s", role, err, out)
@@ -331,7 +339,7 @@ func child(t *testing.T, role, arg string) string {
 // it ends the child) and its output's lines.
 func startChild(t *testing.T, role, arg string) (*exec.Cmd, io.WriteCloser, <-chan string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLoadChild$", "-test.v", "-test.timeout=0")
-	cmd.Env = append(os.Environ(), loadRoleEnv+"="+role, loadArgEnv+"="+arg, loadEnv+"=", "GOMEMLIMIT=")
+	cmd.Env = append(os.Environ(), loadRoleEnv+"="+role, loadArgEnv+"="+arg, loadEnv+"=", "GOMEMLIMIT=", memoryLimitEnv+"=")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

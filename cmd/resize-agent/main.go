@@ -26,6 +26,10 @@ func main() {
 	}
 	o.dropCaps = true
 	log := newLogger(o)
+	if err := setMemoryLimit(log); err != nil {
+		fmt.Fprintln(os.Stderr, "resize-agent:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o, log); err != nil {

@@ -164,7 +164,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.TCPTokenFile, "tcp-token-file", o.TCPTokenFile, "file holding the bearer token TCP clients must send")
 	fs.StringVar(&o.APIGroup, "api-group", o.APIGroup, "group (name or ID) whose members may also use the unix socket; the socket is then 0660 with that group (default: root and the socket's owner only, mode 0600)")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address for /metrics, /healthz and /readyz (empty: none)")
-	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "connections each listener (unix socket, TCP API, metrics) holds at a time; more wait until one closes")
+	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "connections each listener (unix socket, TCP API, metrics) holds at a time; at the cap the one idle longest is closed to make room, and with all busy (watch streams) more wait until one ends")
 	fs.StringVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "how long a keep-alive connection may stay open without a request")
 	fs.IntVar(&o.MaxWatches, "max-watches", o.MaxWatches, "watch streams the API serves at once; more are refused with 429")
 	fs.IntVar(&o.MaxWatchesPerPeer, "max-watches-per-peer", o.MaxWatchesPerPeer, "watch streams one client (a local user on the socket, an address on TCP) may hold at once")

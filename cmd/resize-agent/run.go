@@ -190,14 +190,18 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 
 	var servers []*http.Server
 	errc := make(chan error, 3)
+	evicted := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "resize_agent_connections_evicted_total",
+		Help: "Connections a listener closed while they waited without a request, to make room at --max-connections."}, []string{"listener"})
+	reg.MustRegister(evicted)
 	serve := func(name string, l net.Listener, h http.Handler, connCtx func(context.Context, net.Conn) context.Context, tlsConf *tls.Config) {
 		// Idle keep-alive connections were held forever: 12,000 of them
 		// took the daemon past its memory limit (issue 15).
-		l = newLimitListener(l, o.MaxConnections)
+		ll := newLimitListener(l, o.MaxConnections, evicted.WithLabelValues(name).Inc)
+		l = ll
 		if tlsConf != nil {
 			l = tls.NewListener(l, tlsConf)
 		}
-		srv := &http.Server{Handler: h, ConnContext: connCtx,
+		srv := &http.Server{Handler: h, ConnContext: connCtx, ConnState: ll.track,
 			ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: s.idle,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		servers = append(servers, srv)

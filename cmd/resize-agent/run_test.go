@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -234,5 +235,31 @@ func TestTCPNeedsToken(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSetMemoryLimit: the container's limit from the downward API sets the
+// runtime's soft limit to its share; GOMEMLIMIT wins; nonsense is refused.
+func TestSetMemoryLimit(t *testing.T) {
+	old := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(old) })
+	for _, c := range []struct {
+		env, gomem string
+		want       int64
+		err        bool
+	}{
+		{env: "268435456", want: 201326592},
+		{env: "256Mi", want: 201326592},
+		{env: "1Gi", gomem: "100MiB", want: old}, // the runtime read GOMEMLIMIT at start; it is left alone
+		{env: "-1", err: true},
+		{env: "lots", err: true},
+	} {
+		debug.SetMemoryLimit(old)
+		t.Setenv(memoryLimitEnv, c.env)
+		t.Setenv("GOMEMLIMIT", c.gomem)
+		err := setMemoryLimit(quiet)
+		if got := debug.SetMemoryLimit(-1); (err != nil) != c.err || (!c.err && got != c.want) {
+			t.Errorf("%s=%q GOMEMLIMIT=%q: limit %d, %v; want %d, error %v", memoryLimitEnv, c.env, c.gomem, got, err, c.want, c.err)
+		}
 	}
 }
