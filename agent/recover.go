@@ -123,6 +123,10 @@ func (a *Agent) Recover() (Recovery, error) {
 			continue
 		}
 		r := &record{Intent: jr.Intent, seq: jr.Seq, key: jr.Container, restarting: jr.Restarting}
+		// One copy of each resources section, as for a submission: the
+		// decoded maps of a full history were a fifth of the heap under
+		// issue 15's load.
+		r.Spec.Resources, r.shared = a.specs.intern(r.Spec.Resources)
 		if r.Origin == "" {
 			r.Origin = legacyOrigin(r.ID)
 		}

@@ -79,6 +79,10 @@ func TestReplayLastRecordWins(t *testing.T) {
 	if rs[0].Resources == nil || rs[0].Resources.CPULimit != 1 || !rs[0].Resources.CPU {
 		t.Errorf("resources of the completed intent: %+v", rs[0].Resources)
 	}
+	// Handed over, not kept: the agent holds the history.
+	if again := j.Records(); len(again) != 0 {
+		t.Errorf("a second Records returned %d records; the journal kept them", len(again))
+	}
 }
 
 // TestTornTail cuts the last record at every byte: the records before it
