@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -275,11 +273,7 @@ func sameSpec(a, b intent.Spec) bool {
 	return string(x) == string(y)
 }
 
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return time.Now().UTC().Format("20060102-150405-") + hex.EncodeToString(b[:])
-}
+func newID() string { return intent.NewID() }
 
 // resolved is where a target is: its key, cgroup and runtime container.
 type resolved struct {

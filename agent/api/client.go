@@ -70,6 +70,11 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 }
 
 func (c *Client) doHeader(ctx context.Context, method, path string, body, out any) (int, http.Header, error) {
+	return c.doWith(ctx, method, path, nil, body, out)
+}
+
+// doWith is a request with headers of the caller's.
+func (c *Client) doWith(ctx context.Context, method, path string, hdr http.Header, body, out any) (int, http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -81,6 +86,9 @@ func (c *Client) doHeader(ctx context.Context, method, path string, body, out an
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return 0, nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -111,8 +119,18 @@ func (c *Client) doHeader(ctx context.Context, method, path string, body, out an
 
 // Submit submits an intent. created is false when the server already had
 // this intent (same id and spec).
+//
+// An intent without an ID gets one here, sent as its Idempotency-Key too,
+// so that net/http may send it again when the server closed the kept-alive
+// connection as the request went out (an agent at --max-connections closes
+// the longest idle one): the server answers a repeat with the intent it
+// accepted, never a second one. Without the key net/http retries only
+// GETs.
 func (c *Client) Submit(ctx context.Context, s intent.Spec) (it intent.Intent, created bool, err error) {
-	code, err := c.do(ctx, http.MethodPost, "/v1/intents", s, &it)
+	if s.ID == "" {
+		s.ID = intent.NewID()
+	}
+	code, _, err := c.doWith(ctx, http.MethodPost, "/v1/intents", http.Header{"Idempotency-Key": {s.ID}}, s, &it)
 	return it, code == http.StatusAccepted, err
 }
 

@@ -1,12 +1,15 @@
 package apiserver_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,4 +171,71 @@ func stateNames(s []intent.State) []string {
 		out[i] = string(v)
 	}
 	return out
+}
+
+// TestSubmitRetriedOnClosedKeepAlive: a submission whose kept-alive
+// connection the server closes as it goes out (an agent at
+// --max-connections closes the longest idle one) is sent again on a new
+// connection and accepted once. Without the Idempotency-Key the client
+// sends, net/http gives the caller the EOF instead.
+func TestSubmitRetriedOnClosedKeepAlive(t *testing.T) {
+	sock, a, _ := serve(t)
+	// A proxy that drops the first connection when its second request
+	// comes, without passing it on.
+	front := filepath.Join(t.TempDir(), "front.sock")
+	l, err := net.Listen("unix", front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var conns atomic.Int32
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			first := conns.Add(1) == 1
+			go func() {
+				defer c.Close()
+				b, err := net.Dial("unix", sock)
+				if err != nil {
+					return
+				}
+				defer b.Close()
+				go io.Copy(c, b)
+				br := bufio.NewReader(c)
+				for n := 0; ; n++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if first && n == 1 {
+						return // closed as the reused connection's request arrives
+					}
+					if err := req.Write(b); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	c := api.NewClient(front)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Node(ctx); err != nil { // the connection, kept alive
+		t.Fatal(err)
+	}
+	s := intent.Spec{Target: intent.Target{Name: "web", CgroupPath: "pod/web"}}
+	s.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}
+	it, created, err := c.Submit(ctx, s)
+	if err != nil || !created {
+		t.Fatalf("submit over a connection closed as it was reused: %+v created=%v %v", it, created, err)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections; want the reused one and the retry's", n)
+	}
+	if all := a.List(agent.Filter{}, ""); len(all) != 1 {
+		t.Errorf("%d intents accepted, want 1", len(all))
+	}
 }

@@ -5,6 +5,8 @@
 package intent
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -156,4 +158,11 @@ var ErrInvalid = errors.New("invalid intent")
 
 func invalid(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+}
+
+// NewID returns a new intent ID: the time, and 64 random bits.
+func NewID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102-150405-") + hex.EncodeToString(b[:])
 }
