@@ -131,6 +131,10 @@ func submit(s Service, w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, it)
 }
 
+// ResponseWriteTimeout bounds the writing of an answer, from when it is
+// ready: a list page or the containers are a few hundred KiB at most.
+const ResponseWriteTimeout = 30 * time.Second
+
 // WatchWriteTimeout bounds each event's write to a watcher: a reader slower
 // than this is cut off, and its stream ends.
 const WatchWriteTimeout = 10 * time.Second
@@ -210,6 +214,12 @@ func writeError(w http.ResponseWriter, code int, reason string, err error) {
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
+	// The server's write timeout runs from the request, so it counts the
+	// handler's own work too: an answer that took long to make (every
+	// managed container's files and pressure, on a slow node) was cut off
+	// unwritten, and the client saw an EOF. What it bounds is a slow
+	// reader, so it starts again here, when the answer is ready.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(ResponseWriteTimeout))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
