@@ -29,7 +29,10 @@ start=$SECONDS
 test/k8s/build.sh
 test/node/build.sh
 echo "node: Kubernetes binaries ready in $((SECONDS - start)) s" >&2
-test/vm/vm.sh prepare
+# --net: the node VM's NIC and bridge modules come from a Debian package
+# that run --net would otherwise fetch inside the namespace below, which has
+# no network (a cold machine failed there: "Temporary failure resolving").
+test/vm/vm.sh prepare --net
 # The test binary is built here: the namespace has no route to the module proxy.
 go test -c -o bin/node.test ./test/node
 status=0
