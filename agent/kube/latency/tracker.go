@@ -305,7 +305,9 @@ func (t *Tracker) status(r *resize, p *corev1.Pod, now time.Time) {
 		// actuates, then the status manager syncs); a status seen before the
 		// next poll would stamp the files after the status. Look now.
 		if r.cgroupAt.IsZero() && t.locatable(r) {
-			t.pollFiles(r, now)
+			c := t.planFiles(r)
+			t.checkFiles(c, now)
+			t.applyFiles(c)
 		}
 		t.admit(r, now, "status")
 		r.statusAt = now
@@ -428,11 +430,16 @@ func (t *Tracker) gone(uid types.UID, now time.Time) {
 }
 
 // tick does the timed work: the cgroup files of open resizes, the pressure
-// samples, the windows after that have ended, and timeouts.
-func (t *Tracker) tick(now time.Time) {
+// samples, the windows after that have ended, and timeouts. It decides
+// under the lock, reads the files without it and applies what it read
+// under it again: on a node short of CPU the reads of a round can take
+// seconds, and the informer's handler, which stamps when the agent saw a
+// change, must not wait for them (a CI run's node saw a change 10 s after
+// another informer of the same daemon had).
+func (t *Tracker) tick(at time.Time) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	now = t.stamp(now)
+	now := t.stamp(at)
+	var plan round
 	for _, pt := range t.pods {
 		t.locate(pt, now)
 		r := pt.open
@@ -442,21 +449,21 @@ func (t *Tracker) tick(now time.Time) {
 		if r.podWant != nil {
 			t.locatePod(pt, now)
 		}
-		if !r.tookBefore {
-			t.takeBefore(r, now)
-		}
-		if r.cgroupAt.IsZero() && t.locatable(r) {
-			t.pollFiles(r, now)
-		}
 		if now.Sub(r.seen) >= t.opts.Timeout {
 			t.finish(r, "timeout", now)
 			continue
 		}
-		t.maybeDone(r, now)
+		if !r.tookBefore {
+			r.tookBefore = true
+			plan.before = append(plan.before, t.planBefore(r, now)...)
+		}
+		if r.cgroupAt.IsZero() && t.locatable(r) {
+			plan.files = append(plan.files, t.planFiles(r))
+		}
 	}
 	if len(t.opts.Sources) > 0 && !now.Before(t.nextSample) {
 		t.nextSample = now.Add(t.opts.SampleEvery)
-		t.sample(now)
+		plan.samples = t.planSamples()
 	}
 	keep := t.waiting[:0]
 	for _, r := range t.waiting {
@@ -464,14 +471,96 @@ func (t *Tracker) tick(now time.Time) {
 			keep = append(keep, r)
 			continue
 		}
+		plan.ended = append(plan.ended, r)
 		for name := range r.afterStart {
 			if loc, ok := r.pod.cgroups[name]; ok && r.pod.rings[name] != nil {
-				r.pod.rings[name].add(t.read(loc.path))
+				plan.samples = append(plan.samples, sampleRead{g: r.pod.rings[name], pt: r.pod, name: name, path: loc.path})
 			}
 		}
-		t.record(r)
 	}
 	t.waiting = keep
+	t.mu.Unlock()
+
+	for i := range plan.before {
+		plan.before[i].rd = t.read(plan.before[i].path)
+	}
+	for _, c := range plan.files {
+		t.checkFiles(c, at)
+	}
+	for i := range plan.samples {
+		plan.samples[i].rd = t.read(plan.samples[i].path)
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, b := range plan.before {
+		if b.r.pod.rings[b.name] != b.g {
+			continue // the container was relocated meanwhile
+		}
+		if start, ok := b.g.atOrBefore(b.from); ok {
+			b.r.before[b.name] = window(start, b.rd)
+		}
+		b.g.add(b.rd)
+	}
+	for _, c := range plan.files {
+		t.applyFiles(c)
+	}
+	for _, s := range plan.samples {
+		if s.pt.rings[s.name] == s.g {
+			s.g.add(s.rd)
+		}
+	}
+	for _, r := range plan.ended {
+		t.record(r)
+	}
+	done := t.stamp(at)
+	for _, pt := range t.pods {
+		if r := pt.open; r != nil {
+			t.maybeDone(r, done)
+		}
+	}
+}
+
+// round is what one tick reads outside the lock.
+type round struct {
+	before  []beforeRead
+	files   []*filesCheck
+	samples []sampleRead
+	ended   []*resize
+}
+
+// beforeRead is the reading that ends a resize's window before; from is
+// where that window starts.
+type beforeRead struct {
+	r    *resize
+	name string
+	g    *ring
+	path string
+	from time.Time
+	rd   reading
+}
+
+// sampleRead is one container's pressure reading for its ring.
+type sampleRead struct {
+	g    *ring
+	pt   *podTrack
+	name string
+	path string
+	rd   reading
+}
+
+// filesCheck is one read of an open resize's cgroup files: the paths are
+// taken under the lock; r.files, r.podFiles and r.podWant never change
+// once r is made, so the read needs no lock.
+type filesCheck struct {
+	r       *resize
+	paths   map[string]string // container name -> cgroup
+	podPath string
+	// What the read found: at, when the files all held the new values;
+	// otherwise the first mismatch. after starts the window after.
+	at       time.Time
+	mismatch string
+	after    map[string]reading
 }
 
 // locate finds the cgroups of the pod's running containers it has not yet.
@@ -533,94 +622,129 @@ type missed struct {
 	at time.Time
 }
 
-func (t *Tracker) takeBefore(r *resize, now time.Time) {
-	r.tookBefore = true
+// planBefore lists the readings that end r's windows before, from now
+// back by Window.
+func (t *Tracker) planBefore(r *resize, now time.Time) []beforeRead {
 	if len(t.opts.Sources) == 0 {
-		return
+		return nil
 	}
 	r.before = map[string]*api.PressureWindow{}
+	var out []beforeRead
 	for name := range r.want {
 		loc, ok := r.pod.cgroups[name]
 		g := r.pod.rings[name]
 		if !ok || g == nil {
 			continue
 		}
-		end := t.read(loc.path)
-		start, ok := g.atOrBefore(now.Add(-t.opts.Window))
-		if ok {
-			r.before[name] = window(start, end)
-		}
-		g.add(end)
+		out = append(out, beforeRead{r: r, name: name, g: g, path: loc.path, from: now.Add(-t.opts.Window)})
 	}
+	return out
 }
 
-// pollFiles reads the files of r's containers, and of the pod cgroup for a
-// pod-level resize; the first time they all hold the new values is the
-// cgroup phase, and the start of the window after.
-func (t *Tracker) pollFiles(r *resize, now time.Time) {
-	r.mismatch = ""
+func (t *Tracker) planFiles(r *resize) *filesCheck {
+	c := &filesCheck{r: r, paths: make(map[string]string, len(r.want))}
 	for name := range r.want {
-		loc := r.pod.cgroups[name]
-		s, err := t.opts.Cgroups.Read(loc.path)
+		c.paths[name] = r.pod.cgroups[name].path
+	}
+	if r.podWant != nil {
+		c.podPath = r.pod.podCgroup
+	}
+	return c
+}
+
+// checkFiles reads the files of c's containers, and of the pod cgroup for
+// a pod-level resize. The first time they all hold the new values is the
+// cgroup phase (stamped once the files are read: they held the values by
+// then), and the start of the window after.
+func (t *Tracker) checkFiles(c *filesCheck, now time.Time) {
+	r := c.r
+	names := make([]string, 0, len(c.paths))
+	for name := range c.paths {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		s, err := t.opts.Cgroups.Read(c.paths[name])
 		if err != nil {
-			r.mismatch = name + ": " + err.Error()
+			c.mismatch = name + ": " + err.Error()
 			return
 		}
 		if m := expect(r.files[name]).mismatch(s, t.opts.Cgroups.PageSize()); m != "" {
-			r.mismatch = name + ": " + m
+			c.mismatch = name + ": " + m
 			return
 		}
 	}
 	if r.podWant != nil {
-		s, err := t.opts.Cgroups.Read(r.pod.podCgroup)
+		s, err := t.opts.Cgroups.Read(c.podPath)
 		if err != nil {
-			r.mismatch = "pod cgroup: " + err.Error()
+			c.mismatch = "pod cgroup: " + err.Error()
 			return
 		}
 		if m := podMismatch(r.podFiles, s, t.opts.Cgroups.PageSize()); m != "" {
-			r.mismatch = "pod cgroup: " + m
+			c.mismatch = "pod cgroup: " + m
 			return
 		}
 	}
-	r.cgroupAt = now
-	t.admit(r, now, "cgroup")
+	c.at = t.stamp(now)
 	if len(t.opts.Sources) == 0 {
 		return
 	}
-	r.afterStart = map[string]reading{}
-	for name := range r.want {
-		loc := r.pod.cgroups[name]
-		rd := t.read(loc.path)
-		r.afterStart[name] = rd
+	c.after = make(map[string]reading, len(names))
+	for _, name := range names {
+		c.after[name] = t.read(c.paths[name])
+	}
+}
+
+// applyFiles takes what checkFiles found, unless r has ended or had its
+// files seen hold the values meanwhile.
+func (t *Tracker) applyFiles(c *filesCheck) {
+	r := c.r
+	if r.pod.open != r || !r.cgroupAt.IsZero() {
+		return
+	}
+	r.mismatch = c.mismatch
+	if c.mismatch != "" {
+		return
+	}
+	r.cgroupAt = c.at
+	// The kubelet writes the files only for a resize it admitted: they
+	// holding the values is an admission no later than the read, even if
+	// the handler stamped the condition after it (while the read ran).
+	if r.admitted.IsZero() || r.admitted.After(c.at) {
+		r.admitted, r.rec.AdmittedBy = c.at, "cgroup"
+	}
+	r.afterStart = c.after
+	for name, rd := range c.after {
 		if g := r.pod.rings[name]; g != nil {
 			g.add(rd)
 		}
 	}
 }
 
-// sample reads every located container's pressure into its ring, up to
-// MaxContainers (pods in name order, so the same ones each time).
-func (t *Tracker) sample(now time.Time) {
+// planSamples lists every located container's pressure reading for its
+// ring, up to MaxContainers (pods in name order, so the same ones each
+// time).
+func (t *Tracker) planSamples() []sampleRead {
 	pts := make([]*podTrack, 0, len(t.pods))
 	for _, pt := range t.pods {
 		pts = append(pts, pt)
 	}
 	sort.Slice(pts, func(i, j int) bool { return pts[i].key < pts[j].key })
-	n := 0
+	var out []sampleRead
 	for _, pt := range pts {
 		for name, loc := range pt.cgroups {
-			if n >= t.opts.MaxContainers {
-				return
+			if len(out) >= t.opts.MaxContainers {
+				return out
 			}
-			n++
 			g := pt.rings[name]
 			if g == nil {
 				g = newRing(t.ringSize())
 				pt.rings[name] = g
 			}
-			g.add(t.read(loc.path))
+			out = append(out, sampleRead{g: g, pt: pt, name: name, path: loc.path})
 		}
 	}
+	return out
 }
 
 // Targets lists the running containers of the node's pods whose cgroups

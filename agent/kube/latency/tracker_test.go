@@ -2,6 +2,7 @@ package latency
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -493,5 +494,48 @@ func TestStampedUnderTheLock(t *testing.T) {
 	r := f.tr.pods[uid].open
 	if d := r.cgroupAt.Sub(r.seen); d != time.Second {
 		t.Errorf("cgroup phase %v, want 1s: stamped before the lock was taken", d)
+	}
+}
+
+// slowSource is a pressure source whose reads wait for release, as reads
+// do on a node short of CPU.
+type slowSource struct{ entered, release chan struct{} }
+
+func (slowSource) Name() string { return "slow" }
+func (s slowSource) Read(string) (pressure.Sample, error) {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-s.release
+	return pressure.Sample{}, errors.New("slow")
+}
+
+// A CI run's node saw a resize 10 s after another informer of the same
+// daemon had: the handler, which stamps when the agent saw a change,
+// waited for a tick reading every container's pressure under the lock.
+// The reads are done without it.
+func TestSlowReadsDoNotHoldTheHandler(t *testing.T) {
+	f := newFixture(t)
+	f.observe(testPod(1, small))
+	f.at(time.Second) // locates the container
+	slow := slowSource{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	f.tr.opts.Sources = append(f.tr.opts.Sources, slow)
+	f.tr.nextSample = time.Time{}
+	ticked := make(chan struct{})
+	go func() { f.tr.tick(f.clock); close(ticked) }()
+	<-slow.entered
+	observed := make(chan struct{})
+	go func() { f.tr.observe(resized(2, f.clock), f.clock); close(observed) }()
+	select {
+	case <-observed:
+	case <-time.After(5 * time.Second):
+		t.Error("the handler waited for the tick's reads")
+	}
+	close(slow.release)
+	<-ticked
+	<-observed
+	if r := only(t, f.tr); r.Generation != 2 || r.Outcome != "open" {
+		t.Errorf("resize %+v, want generation 2 open", r)
 	}
 }
