@@ -26,6 +26,12 @@ type KubeResize struct {
 	// Phases in order, each in seconds from SeenAt (accepted: from
 	// AcceptedAt to SeenAt, the watch's lag).
 	Phases []KubeResizePhase `json:"phases"`
+	// ContainerCgroups is when each changed container's files first held
+	// the new values: the kubelet updates the containers one after
+	// another, memory of each and then CPU of each (doPodResizeAction,
+	// pkg/kubelet/kuberuntime/kuberuntime_manager.go), and the cgroup
+	// phase is the last of them.
+	ContainerCgroups []ContainerCgroup `json:"containerCgroups,omitempty"`
 	// AdmittedBy is the evidence of the kubelet's admission:
 	// PodResizeInProgress, observedGeneration, allocatedResources or
 	// cgroup (the files held the new values before the API said so).
@@ -52,6 +58,14 @@ type KubeResizePhase struct {
 	Phase   string    `json:"phase"` // accepted, admitted, cgroup, status
 	At      time.Time `json:"at"`
 	Seconds float64   `json:"seconds"`
+}
+
+// ContainerCgroup is when one container's cgroup files first held a
+// resize's new values, in seconds from the resize's SeenAt.
+type ContainerCgroup struct {
+	Container string    `json:"container"`
+	At        time.Time `json:"at"`
+	Seconds   float64   `json:"seconds"`
 }
 
 // ResizePressure is one container's pressure over a window before the

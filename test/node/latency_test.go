@@ -238,9 +238,25 @@ func TestLatency(t *testing.T) {
 	// in whole seconds (up to 1 s early). From the patch being sent, the
 	// test's reads of the files (200 ms, through exec) and of the status
 	// (100 ms) lag a little.
+	// The watcher reads app's files only, and the kubelet updates app and
+	// hog one after the other (CRI calls of a second or more each on this
+	// node): app's files are compared with the agent's time for app, and
+	// the cgroup phase (both) must not come before it.
+	byContainer := map[string]float64{}
+	for _, cc := range r.ContainerCgroups {
+		byContainer[cc.Container] = cc.Seconds
+		timing(t, "latency_agent_cgroup_"+cc.Container, time.Duration(cc.Seconds*float64(time.Second)))
+	}
+	appCgroup, ok := byContainer["app"]
+	if !ok || len(byContainer) != 2 {
+		t.Errorf("containerCgroups %+v: want app and hog", r.ContainerCgroups)
+	}
+	if appCgroup > agentPh["cgroup"] {
+		t.Errorf("app's files held the values %.2fs after seen, after the cgroup phase %.2fs", appCgroup, agentPh["cgroup"])
+	}
 	slack := patchReturned.Seconds() + 1.0
-	for _, p := range []string{"cgroup", "status"} {
-		fromAccepted := agentPh[p] + agentPh["accepted"]
+	for p, agent := range map[string]float64{"cgroup": appCgroup, "status": agentPh["status"]} {
+		fromAccepted := agent + agentPh["accepted"]
 		if d := outside[p] - fromAccepted; d < -1.5 || d > slack {
 			t.Errorf("phase %s: agent %.2fs from the API server's time of the change, outside %.2fs from sending the patch", p, fromAccepted, outside[p])
 		}

@@ -114,6 +114,8 @@ type resize struct {
 	seen       time.Time
 	admitted   time.Time
 	cgroupAt   time.Time
+	// cgroupBy is when each container's files first held the new values.
+	cgroupBy   map[string]time.Time
 	statusAt   time.Time
 	mismatch   string // the last cgroup files that did not hold the new values
 	before     map[string]*api.PressureWindow
@@ -364,6 +366,11 @@ func (t *Tracker) finish(r *resize, outcome string, now time.Time) {
 	for _, ph := range r.rec.Phases {
 		t.opts.Metrics.Observe(ph.Phase, outcome, ph.Seconds)
 	}
+	for _, name := range r.rec.Containers {
+		if at, ok := r.cgroupBy[name]; ok {
+			r.rec.ContainerCgroups = append(r.rec.ContainerCgroups, api.ContainerCgroup{Container: name, At: at, Seconds: at.Sub(r.seen).Seconds()})
+		}
+	}
 	if outcome == "completed" && !r.cgroupAt.IsZero() && len(t.opts.Sources) > 0 {
 		r.until = r.cgroupAt.Add(t.opts.Window)
 		t.waiting = append(t.waiting, r)
@@ -556,9 +563,11 @@ type filesCheck struct {
 	r       *resize
 	paths   map[string]string // container name -> cgroup
 	podPath string
-	// What the read found: at, when the files all held the new values;
-	// otherwise the first mismatch. after starts the window after.
+	// What the read found: at, when it ended; held, the containers whose
+	// files held the new values then; mismatch, the first that did not
+	// (empty when all did). after starts the window after.
 	at       time.Time
+	held     []string
 	mismatch string
 	after    map[string]reading
 }
@@ -663,30 +672,33 @@ func (t *Tracker) checkFiles(c *filesCheck, now time.Time) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	miss := func(m string) {
+		if c.mismatch == "" {
+			c.mismatch = m
+		}
+	}
 	for _, name := range names {
 		s, err := t.opts.Cgroups.Read(c.paths[name])
 		if err != nil {
-			c.mismatch = name + ": " + err.Error()
-			return
+			miss(name + ": " + err.Error())
+			continue
 		}
 		if m := expect(r.files[name]).mismatch(s, t.opts.Cgroups.PageSize()); m != "" {
-			c.mismatch = name + ": " + m
-			return
+			miss(name + ": " + m)
+			continue
 		}
+		c.held = append(c.held, name)
 	}
 	if r.podWant != nil {
 		s, err := t.opts.Cgroups.Read(c.podPath)
 		if err != nil {
-			c.mismatch = "pod cgroup: " + err.Error()
-			return
-		}
-		if m := podMismatch(r.podFiles, s, t.opts.Cgroups.PageSize()); m != "" {
-			c.mismatch = "pod cgroup: " + m
-			return
+			miss("pod cgroup: " + err.Error())
+		} else if m := podMismatch(r.podFiles, s, t.opts.Cgroups.PageSize()); m != "" {
+			miss("pod cgroup: " + m)
 		}
 	}
 	c.at = t.stamp(now)
-	if len(t.opts.Sources) == 0 {
+	if c.mismatch != "" || len(t.opts.Sources) == 0 {
 		return
 	}
 	c.after = make(map[string]reading, len(names))
@@ -701,6 +713,14 @@ func (t *Tracker) applyFiles(c *filesCheck) {
 	r := c.r
 	if r.pod.open != r || !r.cgroupAt.IsZero() {
 		return
+	}
+	for _, name := range c.held {
+		if _, ok := r.cgroupBy[name]; !ok {
+			if r.cgroupBy == nil {
+				r.cgroupBy = map[string]time.Time{}
+			}
+			r.cgroupBy[name] = c.at
+		}
 	}
 	r.mismatch = c.mismatch
 	if c.mismatch != "" {

@@ -539,3 +539,50 @@ func TestSlowReadsDoNotHoldTheHandler(t *testing.T) {
 		t.Errorf("resize %+v, want generation 2 open", r)
 	}
 }
+
+// The kubelet updates a pod's containers one after another; on the node
+// the second container's files held the new values 2.1 s after the first's.
+// Each container's time is kept, and the cgroup phase is the last of them.
+func TestContainerCgroupsOneAfterAnother(t *testing.T) {
+	f := newFixture(t)
+	const id2 = "containerd://fedcba9876"
+	cg2 := strings.Replace(ctrCgroup, "abcdef0123", "fedcba9876", 1)
+	cgrouptest.AddFake(t, f.root, cg2)
+	cgrouptest.SetFile(t, f.root, cg2, "cpu.max", "50000 100000")
+	cgrouptest.SetFile(t, f.root, cg2, "cpu.weight", itoa(16))
+	cgrouptest.SetFile(t, f.root, cg2, "memory.max", itoa(64<<20))
+	two := func(p *corev1.Pod) *corev1.Pod {
+		c := p.Spec.Containers[0]
+		c.Name = "hog"
+		p.Spec.Containers = append(p.Spec.Containers, c)
+		cs := *p.Status.ContainerStatuses[0].DeepCopy()
+		cs.Name, cs.ContainerID = "hog", id2
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, cs)
+		return p
+	}
+	f.observe(two(testPod(1, small)))
+	f.at(time.Second)
+	seen := f.clock
+	f.observe(two(resized(2, f.clock)))
+	f.at(100 * time.Millisecond)
+	f.files("80000 100000", cgroupWeight(200), 96<<20) // app first
+	appAt := f.at(500 * time.Millisecond)
+	f.at(time.Second)
+	cgrouptest.SetFile(t, f.root, cg2, "cpu.max", "80000 100000")
+	cgrouptest.SetFile(t, f.root, cg2, "cpu.weight", itoa(cgroupWeight(200)))
+	cgrouptest.SetFile(t, f.root, cg2, "memory.max", itoa(96<<20))
+	hogAt := f.at(600 * time.Millisecond)
+	p := two(testPod(2, big))
+	p.Status.ObservedGeneration = 2
+	f.at(time.Second)
+	f.observe(p)
+	f.at(31 * time.Second)
+	r := only(t, f.tr)
+	if ph := phases(r); ph["cgroup"] != hogAt.Sub(seen).Seconds() {
+		t.Errorf("cgroup phase %v s, want %v s (the last container's)", ph["cgroup"], hogAt.Sub(seen).Seconds())
+	}
+	want := []api.ContainerCgroup{{Container: "app", At: appAt, Seconds: appAt.Sub(seen).Seconds()}, {Container: "hog", At: hogAt, Seconds: hogAt.Sub(seen).Seconds()}}
+	if len(r.ContainerCgroups) != 2 || r.ContainerCgroups[0] != want[0] || r.ContainerCgroups[1] != want[1] {
+		t.Errorf("containerCgroups %+v, want %+v", r.ContainerCgroups, want)
+	}
+}
