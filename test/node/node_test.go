@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -606,4 +607,46 @@ func sameResources(a, b corev1.ResourceRequirements) bool {
 		return true
 	}
 	return eq(a.Requests, b.Requests) && eq(a.Limits, b.Limits)
+}
+
+// guestClockSkew estimates how far the node's clock is ahead of the
+// host's (negative: behind). The guest sets its clock from the emulated
+// RTC at boot, to the second, and the agent's times (seen, the cgroup
+// files) are the guest's while the API server's are the host's. The
+// container prints the guest's time (busybox adjtimex, µs) ten times; each
+// line reaches the test after some delay, so guest time minus arrival is
+// at most the skew, and the largest is the closest.
+func guestClockSkew(ctx context.Context, t *testing.T, c *cluster, pod, container string) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	script := `for i in 1 2 3 4 5 6 7 8 9 10; do adjtimex | sed -n 's/.*tv_sec: *//p; s/.*tv_usec: *//p' | tr '\n' ' '; echo; usleep 200000; done`
+	cmd := exec.CommandContext(ctx, c.kubectl, "--kubeconfig", c.kubeconfig, "-n", testNS, "exec", pod, "-c", container, "--", "sh", "-c", script)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	best, n := time.Duration(math.MinInt64), 0
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		arrived := time.Now()
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 {
+			continue
+		}
+		sec, err1 := strconv.ParseInt(f[0], 10, 64)
+		usec, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		n++
+		best = max(best, time.Unix(sec, usec*1000).Sub(arrived))
+	}
+	if err := cmd.Wait(); err != nil || n == 0 {
+		t.Fatalf("the guest's clock through kubectl exec %s: %v (%d readings)", pod, err, n)
+	}
+	return best
 }
