@@ -27,6 +27,15 @@ func summary(r *api.KubeResize, mismatch string) string {
 			continue
 		}
 		fmt.Fprintf(&b, " %s +%s", ph.Phase, secs(ph.Seconds))
+		if ph.Phase == "cgroup" && len(r.ContainerCgroups) > 1 {
+			// Which container the kubelet got to last, and when the others
+			// were done.
+			parts := make([]string, len(r.ContainerCgroups))
+			for i, c := range r.ContainerCgroups {
+				parts[i] = fmt.Sprintf("%s +%s", c.Container, secs(c.Seconds))
+			}
+			fmt.Fprintf(&b, " (%s)", strings.Join(parts, ", "))
+		}
 	}
 	if r.Deferred {
 		b.WriteString(" (was deferred)")
