@@ -108,12 +108,12 @@ type resize struct {
 	// podWant is the pod-level resources of a pod-level resize, podFiles
 	// what the kubelet writes to the pod cgroup for the new spec; nil
 	// without a pod-level change.
-	podWant    *corev1.ResourceRequirements
-	podFiles   podcgroup.Values
-	accepted   time.Time
-	seen       time.Time
-	admitted   time.Time
-	cgroupAt   time.Time
+	podWant  *corev1.ResourceRequirements
+	podFiles podcgroup.Values
+	accepted time.Time
+	seen     time.Time
+	admitted time.Time
+	cgroupAt time.Time
 	// cgroupBy is when each container's files first held the new values.
 	cgroupBy   map[string]time.Time
 	statusAt   time.Time

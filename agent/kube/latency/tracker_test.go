@@ -589,7 +589,7 @@ func TestContainerCgroupsOneAfterAnother(t *testing.T) {
 
 func TestSummaryContainerCgroups(t *testing.T) {
 	r := &api.KubeResize{Generation: 2, Manager: "kubectl-patch", Containers: []string{"app", "hog"}, Outcome: "completed",
-		Phases: []api.KubeResizePhase{{Phase: "accepted", Seconds: 0.17}, {Phase: "admitted", Seconds: 0.96}, {Phase: "cgroup", Seconds: 5.37}, {Phase: "status", Seconds: 5.4}},
+		Phases:           []api.KubeResizePhase{{Phase: "accepted", Seconds: 0.17}, {Phase: "admitted", Seconds: 0.96}, {Phase: "cgroup", Seconds: 5.37}, {Phase: "status", Seconds: 5.4}},
 		ContainerCgroups: []api.ContainerCgroup{{Container: "app", Seconds: 2.78}, {Container: "hog", Seconds: 5.37}}}
 	want := "generation 2 by kubectl-patch (app,hog) completed: seen 0.17s after accepted, admitted +0.96s cgroup +5.37s (app +2.78s, hog +5.37s) status +5.40s"
 	if got := summary(r, ""); got != want {
