@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
@@ -205,33 +204,6 @@ func (m *Manager) Read(p string) (State, error) {
 		return State{}, err
 	}
 	return m.read(d)
-}
-
-// LastWrite is the latest time any of p's limit files (cpu.max,
-// cpu.weight, memory.max) was written, whoever wrote it and whatever the
-// value: kernfs sets a file's mtime on every write (checked on 6.1 and
-// 6.18), to the kernel's coarse clock (a jiffy). It says when a writer
-// put the values there, where a read only says that they were there by
-// then: a reader short of CPU reads seconds late.
-func (m *Manager) LastWrite(p string) (time.Time, error) {
-	_, d, err := m.dir(p)
-	if err != nil {
-		return time.Time{}, err
-	}
-	var last time.Time
-	for _, f := range []string{FileCPUMax, FileCPUWeight, FileMemoryMax} {
-		var st unix.Stat_t
-		if err := unix.Stat(filepath.Join(d, f), &st); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				return time.Time{}, fmt.Errorf("%w: %s has no %s (controller not enabled for it?)", ErrNotFound, d, f)
-			}
-			return time.Time{}, fmt.Errorf("cgroup %s: stat %s: %w", p, f, err)
-		}
-		if t := time.Unix(st.Mtim.Unix()); t.After(last) {
-			last = t
-		}
-	}
-	return last, nil
 }
 
 // The library has no reader for these single files (its Stat reads every

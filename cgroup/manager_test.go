@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
@@ -214,32 +212,5 @@ func TestCheckFake(t *testing.T) {
 	}
 	if err := cgroup.New(cgroup.WithMountpoint(root)).Check(); !errors.Is(err, cgroup.ErrNotCgroup2) {
 		t.Errorf("Check() on a tmp dir = %v, want ErrNotCgroup2", err)
-	}
-}
-
-// LastWrite is the newest mtime of the limit files; kernfs sets it on
-// every write as a regular file system does, so a fake tree shows it too.
-func TestLastWrite(t *testing.T) {
-	const p = "/kubepods.slice/pod.slice/ctr.scope"
-	root := cgrouptest.FakeTree(t, p)
-	m := cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())
-	old := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
-	for _, f := range []string{cgroup.FileCPUMax, cgroup.FileCPUWeight, cgroup.FileMemoryMax} {
-		if err := os.Chtimes(filepath.Join(root, p, f), old, old); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cpu := old.Add(1500 * time.Millisecond)
-	if err := os.Chtimes(filepath.Join(root, p, cgroup.FileCPUMax), cpu, cpu); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := m.LastWrite(p); err != nil || !got.Equal(cpu) {
-		t.Errorf("LastWrite = %v, %v; want %v", got, err, cpu)
-	}
-	if _, err := m.LastWrite("/kubepods.slice/../../etc"); err == nil {
-		t.Error("a path out of the tree was statted")
-	}
-	if _, err := m.LastWrite("/kubepods.slice/none"); !errors.Is(err, cgroup.ErrNotFound) {
-		t.Errorf("missing cgroup: %v, want ErrNotFound", err)
 	}
 }

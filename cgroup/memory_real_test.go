@@ -95,22 +95,3 @@ func TestRealKernelReclaimIncomplete(t *testing.T) {
 	}
 	t.Logf("%v", err)
 }
-
-// The kernel's own time of a write: kernfs sets the file's mtime when it
-// is written (the latency tracker's cgroup phase depends on it).
-func TestLastWriteKernel(t *testing.T) {
-	mnt, p := cgrouptest.Real(t)
-	m := cgroup.New(cgroup.WithMountpoint(mnt))
-	time.Sleep(50 * time.Millisecond)
-	before := time.Now()
-	cgrouptest.SetFile(t, mnt, p, "cpu.max", "50000 100000")
-	after := time.Now()
-	got, err := m.LastWrite(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The kernel's clock is coarse (a jiffy, at most 10 ms behind).
-	if got.Before(before.Add(-10*time.Millisecond)) || got.After(after) {
-		t.Errorf("LastWrite %v, want the write's time, between %v and %v", got, before, after)
-	}
-}

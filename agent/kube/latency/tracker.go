@@ -29,9 +29,6 @@ const EventResizeMeasured = "ResizeMeasured"
 // implements it.
 type Cgroups interface {
 	Read(p string) (cgroup.State, error)
-	// LastWrite is the kernel's time of the last write to p's limit
-	// files.
-	LastWrite(p string) (time.Time, error)
 	Exists(p string) (bool, error)
 	PageSize() int64
 }
@@ -573,11 +570,6 @@ type filesCheck struct {
 	held     []string
 	mismatch string
 	after    map[string]reading
-	// written is the kernel's time of the last write to each held
-	// container's limit files, podWritten to the pod cgroup's (zero:
-	// unknown).
-	written    map[string]time.Time
-	podWritten time.Time
 }
 
 // locate finds the cgroups of the pod's running containers it has not yet.
@@ -696,12 +688,6 @@ func (t *Tracker) checkFiles(c *filesCheck, now time.Time) {
 			continue
 		}
 		c.held = append(c.held, name)
-		if w, err := t.opts.Cgroups.LastWrite(c.paths[name]); err == nil {
-			if c.written == nil {
-				c.written = map[string]time.Time{}
-			}
-			c.written[name] = w
-		}
 	}
 	if r.podWant != nil {
 		s, err := t.opts.Cgroups.Read(c.podPath)
@@ -709,8 +695,6 @@ func (t *Tracker) checkFiles(c *filesCheck, now time.Time) {
 			miss("pod cgroup: " + err.Error())
 		} else if m := podMismatch(r.podFiles, s, t.opts.Cgroups.PageSize()); m != "" {
 			miss("pod cgroup: " + m)
-		} else if w, err := t.opts.Cgroups.LastWrite(c.podPath); err == nil {
-			c.podWritten = w
 		}
 	}
 	c.at = t.stamp(now)
@@ -735,28 +719,19 @@ func (t *Tracker) applyFiles(c *filesCheck) {
 			if r.cgroupBy == nil {
 				r.cgroupBy = map[string]time.Time{}
 			}
-			r.cgroupBy[name] = heldSince(r, c.written[name], c.at)
+			r.cgroupBy[name] = c.at
 		}
 	}
 	r.mismatch = c.mismatch
 	if c.mismatch != "" {
 		return
 	}
-	// The last of the files to get their values, the pod cgroup's included.
-	r.cgroupAt = time.Time{}
-	if r.podWant != nil {
-		r.cgroupAt = heldSince(r, c.podWritten, c.at)
-	}
-	for name := range r.want {
-		if at := r.cgroupBy[name]; at.After(r.cgroupAt) {
-			r.cgroupAt = at
-		}
-	}
-	// The kubelet writes the files only for a resize it admitted: their
-	// holding the values is an admission no later than that, even if the
-	// handler saw the condition after it.
-	if r.admitted.IsZero() || r.admitted.After(r.cgroupAt) {
-		r.admitted, r.rec.AdmittedBy = r.cgroupAt, "cgroup"
+	r.cgroupAt = c.at
+	// The kubelet writes the files only for a resize it admitted: they
+	// holding the values is an admission no later than the read, even if
+	// the handler stamped the condition after it (while the read ran).
+	if r.admitted.IsZero() || r.admitted.After(c.at) {
+		r.admitted, r.rec.AdmittedBy = c.at, "cgroup"
 	}
 	r.afterStart = c.after
 	for name, rd := range c.after {
@@ -764,24 +739,6 @@ func (t *Tracker) applyFiles(c *filesCheck) {
 			g.add(rd)
 		}
 	}
-}
-
-// heldSince is when files that a read at readAt found holding r's new
-// values got them: the kernel's time of their last write, unless there was
-// none since the agent saw the change (the kubelet was quicker than the
-// agent's watch: then when it saw it) or one after the read (a later
-// write, of the same values: then the read). A read alone says only "by
-// then", and on a node short of CPU the agent's 100 ms reads ran seconds
-// late (TestLatency on the one-vCPU node: 2.4 s after the container's own
-// reads saw the values).
-func heldSince(r *resize, written, readAt time.Time) time.Time {
-	switch {
-	case written.IsZero(), written.After(readAt):
-		return readAt
-	case written.Before(r.seen):
-		return r.seen
-	}
-	return written
 }
 
 // planSamples lists every located container's pressure reading for its
