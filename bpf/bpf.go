@@ -88,7 +88,11 @@ type Tracker struct {
 	runqFree  *ebpf.Map // queue of free slots
 	runqGen   *ebpf.Map // bumped after a slot is freed
 	cgMem     *ebpf.Map
-	forgetMu  sync.Mutex // serialises Forget's updates of runqGen
+	// limitWrites is cgroup id -> CLOCK_MONOTONIC ns of the last write to
+	// its limit files; nil where the kernel has no cgroup_file_write to
+	// trace.
+	limitWrites *ebpf.Map
+	forgetMu    sync.Mutex // serialises Forget's updates of runqGen
 	reader    *ringbuf.Reader
 	events    chan OOMEvent
 	stop      chan struct{}
@@ -204,13 +208,26 @@ func Load(opts ...Option) (*Tracker, error) {
 			delete(spec.Programs, h.prog)
 		}
 	}
+	// The limit-write hook is a plus: a kernel without the function (in
+	// its BTF) still gets everything else.
+	var fn *btf.Func
+	writes := kernel.TypeByName("cgroup_file_write", &fn) == nil
+	if !writes {
+		delete(spec.Programs, pressureProgOnCgroupFileWrite)
+	}
 	for _, m := range []string{pressureMapRunqLat, pressureMapRunqSlots, pressureMapRunqFree, pressureMapCgMem} {
 		spec.Maps[m].MaxEntries = o.maxCgroups
 	}
 
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
-		Programs: ebpf.ProgramOptions{KernelTypes: kernel},
-	})
+	collOpts := ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: kernel}}
+	coll, err := ebpf.NewCollectionWithOptions(spec, collOpts)
+	if err != nil && writes {
+		// fexit needs BPF trampolines, which some kernels and sandboxes
+		// refuse (EPERM) where tp_btf loads: go on without the hook.
+		delete(spec.Programs, pressureProgOnCgroupFileWrite)
+		writes = false
+		coll, err = ebpf.NewCollectionWithOptions(spec, collOpts)
+	}
 	if err != nil {
 		return nil, classify("loading programs", err)
 	}
@@ -248,6 +265,15 @@ func Load(opts ...Option) (*Tracker, error) {
 		}
 		t.links = append(t.links, l)
 		t.progs = append(t.progs, name)
+	}
+
+	if writes {
+		// Optional as above: a refused attach leaves the hook off.
+		if l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[pressureProgOnCgroupFileWrite]}); err == nil {
+			t.links = append(t.links, l)
+			t.progs = append(t.progs, pressureProgOnCgroupFileWrite)
+			t.limitWrites = coll.Maps[pressureMapLimitWrites]
+		}
 	}
 
 	t.reader, err = ringbuf.NewReader(coll.Maps[pressureMapOomEvents])
@@ -296,6 +322,45 @@ func (t *Tracker) closeResources() error {
 }
 
 var errClosed = errors.New("bpf: tracker closed")
+
+// TimesLimitWrites reports whether the limit-write hook is attached
+// (LastLimitWrite can say anything).
+func (t *Tracker) TimesLimitWrites() bool { return t.limitWrites != nil }
+
+// LastLimitWrite is when the cgroup's cpu.max, cpu.weight or memory.max
+// was last written with success, by anyone, as the kernel timed it; ok is
+// false when no write was seen since the programs were attached (or the
+// entry was evicted: the map keeps the 4,096 cgroups written last), or
+// when the kernel has no hook for it.
+func (t *Tracker) LastLimitWrite(cgroupID uint64) (at time.Time, ok bool, err error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return time.Time{}, false, errClosed
+	}
+	if t.limitWrites == nil {
+		return time.Time{}, false, nil
+	}
+	var ns uint64
+	switch err := t.limitWrites.Lookup(cgroupID, &ns); {
+	case errors.Is(err, ebpf.ErrKeyNotExist):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, fmt.Errorf("bpf: reading the last limit write of cgroup %d: %w", cgroupID, err)
+	}
+	return monoToWall(ns), true, nil
+}
+
+// monoToWall turns a bpf_ktime_get_ns time (CLOCK_MONOTONIC) into the wall
+// clock, by the two clocks' offset now.
+func monoToWall(ns uint64) time.Time {
+	var mono unix.Timespec
+	wall := time.Now()
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono) != nil {
+		return time.Time{}
+	}
+	return wall.Add(-time.Duration(mono.Nano() - int64(ns)))
+}
 
 // Stats returns one cgroup's counters, summed over CPUs. A cgroup without
 // events so far has zero Stats (and a nil error).

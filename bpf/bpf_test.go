@@ -53,7 +53,14 @@ func TestLoadAttach(t *testing.T) {
 		t.Fatalf("Load: %v", err)
 	}
 	t.Logf("kernel %s: %d programs attached, OOM hook %s (program %s)", kernelRelease(), len(tr.links), tr.OOMHook(), tr.oomHook.prog)
-	if want := len(schedPrograms) + len(reclaimPrograms) + 1; len(tr.links) != want {
+	// The limit-write hook is fexit, which this build host's kernel
+	// refuses (EPERM) and the VM's loads (TestLimitWriteTimed needs it).
+	want := len(schedPrograms) + len(reclaimPrograms) + 1
+	if tr.TimesLimitWrites() {
+		want++
+	}
+	t.Logf("limit-write hook attached: %v", tr.TimesLimitWrites())
+	if len(tr.links) != want {
 		t.Errorf("%d links, want %d", len(tr.links), want)
 	}
 
@@ -542,5 +549,49 @@ func TestProgramStats(t *testing.T) {
 	}
 	if _, err := tr.ProgramStats(); err == nil {
 		t.Error("ProgramStats after Close: no error")
+	}
+}
+
+// The kernel's time of a successful write to cpu.max, cpu.weight or
+// memory.max, by whoever wrote it (the latency tracker's cgroup phase: its
+// own reads ran seconds late on a node short of CPU). Other files and
+// failed writes leave it alone.
+func TestLimitWriteTimed(t *testing.T) {
+	root := requireCgroup2Limits(t)
+	cg := newCgroup(t, root, "writes")
+	tr := load(t)
+	if !tr.TimesLimitWrites() {
+		t.Fatalf("kernel %s: the limit-write hook (fexit/cgroup_file_write) did not load or attach", kernelRelease())
+	}
+	if _, ok, err := tr.LastLimitWrite(cg.id); err != nil || ok {
+		t.Fatalf("before any write: %v, %v", ok, err)
+	}
+	// bpf_ktime_get_ns turned into wall time by the clocks' offset:
+	// allow a little either way.
+	within := func(what string, at, before, after time.Time) {
+		t.Helper()
+		if at.Before(before.Add(-5*time.Millisecond)) || at.After(after.Add(5*time.Millisecond)) {
+			t.Errorf("%s: timed %v, want between %v and %v", what, at.Format(time.StampMicro), before.Format(time.StampMicro), after.Format(time.StampMicro))
+		}
+	}
+	for _, f := range []struct{ file, value string }{{"cpu.max", "50000 100000"}, {"cpu.weight", "50"}, {"memory.max", "104857600"}} {
+		time.Sleep(20 * time.Millisecond)
+		before := time.Now()
+		cg.write(t, f.file, f.value)
+		after := time.Now()
+		at, ok, err := tr.LastLimitWrite(cg.id)
+		if err != nil || !ok {
+			t.Fatalf("after writing %s: %v, %v", f.file, ok, err)
+		}
+		within(f.file, at, before, after)
+	}
+	last, _, _ := tr.LastLimitWrite(cg.id)
+	time.Sleep(20 * time.Millisecond)
+	cg.write(t, "memory.high", "max")
+	if err := os.WriteFile(cg.path+"/cpu.max", []byte("nonsense"), 0); err == nil {
+		t.Fatal("the kernel took cpu.max nonsense")
+	}
+	if at, _, _ := tr.LastLimitWrite(cg.id); at.Sub(last).Abs() > time.Millisecond {
+		t.Errorf("memory.high and a failed cpu.max write moved the time from %v to %v", last, at)
 	}
 }

@@ -14,7 +14,9 @@
  *    direct reclaim), summed per cgroup v2 id of the reclaiming task;
  *  - OOM kills: a count per victim cgroup v2 id, plus one ring buffer event
  *    per kill (tp_btf/mark_victim, or fentry where that tracepoint is too
- *    old, see the end of this file).
+ *    old, see the end of this file);
+ *  - limit writes: when a cgroup's cpu.max, cpu.weight or memory.max was
+ *    last written, by anyone (see on_cgroup_file_write).
  *
  * Nothing is sent to user space per scheduler event: user space reads the
  * maps when it wants numbers.
@@ -422,5 +424,57 @@ int on_oom_kill_chosen(u64 *ctx)
 	struct oom_control *oc = (struct oom_control *)ctx[0];
 
 	oom_killed(oc->chosen);
+	return 0;
+}
+
+/*
+ * Limit writes. The latency tracker's 100 ms reads of a container's files
+ * only say that the new values were there by then; on a node short of CPU
+ * they ran seconds late. cgroupfs keeps no time of a write (kernfs sets a
+ * file's mtime on truncation only, and runc does not truncate), so the
+ * time is taken here: CLOCK_MONOTONIC ns when a write to one of the three
+ * limit files of a cgroup returned with success, per cgroup v2 id of the
+ * file's directory. fexit: the value is in place by then.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u64);
+	__type(value, u64);
+} limit_writes SEC(".maps");
+
+static __always_inline bool same(const char *a, const char *b, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (a[i] != b[i])
+			return 0;
+	return 1;
+}
+
+/* cgroup_file_write(struct kernfs_open_file *of, char *buf, size_t nbytes,
+ * loff_t off), returning ssize_t: ctx[0] and ctx[4]. */
+SEC("fexit/cgroup_file_write")
+int on_cgroup_file_write(u64 *ctx)
+{
+	struct kernfs_open_file *of = (struct kernfs_open_file *)ctx[0];
+	long ret = (long)ctx[4];
+	struct kernfs_node *kn, *dir;
+	char name[12] = {};
+	u64 id, now;
+
+	if (ret <= 0)
+		return 0;
+	kn = BPF_CORE_READ(of, kn);
+	if (bpf_probe_read_kernel_str(name, sizeof(name), BPF_CORE_READ(kn, name)) < 0)
+		return 0;
+	if (!same(name, "cpu.max", 8) && !same(name, "cpu.weight", 11) && !same(name, "memory.max", 11))
+		return 0;
+	if (bpf_core_field_exists(((struct kernfs_node___new *)0)->__parent))
+		dir = BPF_CORE_READ((struct kernfs_node___new *)kn, __parent);
+	else
+		dir = BPF_CORE_READ((struct kernfs_node___old *)kn, parent);
+	id = BPF_CORE_READ(dir, id);
+	now = bpf_ktime_get_ns();
+	bpf_map_update_elem(&limit_writes, &id, &now, BPF_ANY);
 	return 0;
 }

@@ -35,6 +35,7 @@ typedef _Bool bool;
 enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_PERCPU_HASH = 5,
+	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_QUEUE = 22,
@@ -63,6 +64,20 @@ enum {
 
 struct kernfs_node {
 	u64 id; /* == inode number of the cgroupfs directory on 64-bit */
+	const char *name;
+} __pai;
+
+/* The node's parent: "parent" up to 6.14, "__parent" (RCU) from 6.15. */
+struct kernfs_node___old {
+	struct kernfs_node *parent;
+} __pai;
+
+struct kernfs_node___new {
+	struct kernfs_node *__parent;
+} __pai;
+
+struct kernfs_open_file {
+	struct kernfs_node *kn;
 } __pai;
 
 struct cgroup {

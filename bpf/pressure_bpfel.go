@@ -42,6 +42,7 @@ type pressureRunqSeen struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	pressureMapCgMem                 = "cg_mem"
+	pressureMapLimitWrites           = "limit_writes"
 	pressureMapOomEvents             = "oom_events"
 	pressureMapReclaimStart          = "reclaim_start"
 	pressureMapRunqFree              = "runq_free"
@@ -49,6 +50,7 @@ const (
 	pressureMapRunqLat               = "runq_lat"
 	pressureMapRunqSeen              = "runq_seen"
 	pressureMapRunqSlots             = "runq_slots"
+	pressureProgOnCgroupFileWrite    = "on_cgroup_file_write"
 	pressureProgOnDirectReclaimBegin = "on_direct_reclaim_begin"
 	pressureProgOnDirectReclaimEnd   = "on_direct_reclaim_end"
 	pressureProgOnMarkVictim         = "on_mark_victim"
@@ -101,6 +103,7 @@ type pressureSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pressureProgramSpecs struct {
+	OnCgroupFileWrite    *ebpf.ProgramSpec `ebpf:"on_cgroup_file_write"`
 	OnDirectReclaimBegin *ebpf.ProgramSpec `ebpf:"on_direct_reclaim_begin"`
 	OnDirectReclaimEnd   *ebpf.ProgramSpec `ebpf:"on_direct_reclaim_end"`
 	OnMarkVictim         *ebpf.ProgramSpec `ebpf:"on_mark_victim"`
@@ -116,6 +119,7 @@ type pressureProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type pressureMapSpecs struct {
 	CgMem        *ebpf.MapSpec `ebpf:"cg_mem"`
+	LimitWrites  *ebpf.MapSpec `ebpf:"limit_writes"`
 	OomEvents    *ebpf.MapSpec `ebpf:"oom_events"`
 	ReclaimStart *ebpf.MapSpec `ebpf:"reclaim_start"`
 	RunqFree     *ebpf.MapSpec `ebpf:"runq_free"`
@@ -152,6 +156,7 @@ func (o *pressureObjects) Close() error {
 // It can be passed to loadPressureObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pressureMaps struct {
 	CgMem        *ebpf.Map `ebpf:"cg_mem"`
+	LimitWrites  *ebpf.Map `ebpf:"limit_writes"`
 	OomEvents    *ebpf.Map `ebpf:"oom_events"`
 	ReclaimStart *ebpf.Map `ebpf:"reclaim_start"`
 	RunqFree     *ebpf.Map `ebpf:"runq_free"`
@@ -164,6 +169,7 @@ type pressureMaps struct {
 func (m *pressureMaps) Close() error {
 	return _PressureClose(
 		m.CgMem,
+		m.LimitWrites,
 		m.OomEvents,
 		m.ReclaimStart,
 		m.RunqFree,
@@ -184,6 +190,7 @@ type pressureVariables struct {
 //
 // It can be passed to loadPressureObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pressurePrograms struct {
+	OnCgroupFileWrite    *ebpf.Program `ebpf:"on_cgroup_file_write"`
 	OnDirectReclaimBegin *ebpf.Program `ebpf:"on_direct_reclaim_begin"`
 	OnDirectReclaimEnd   *ebpf.Program `ebpf:"on_direct_reclaim_end"`
 	OnMarkVictim         *ebpf.Program `ebpf:"on_mark_victim"`
@@ -196,6 +203,7 @@ type pressurePrograms struct {
 
 func (p *pressurePrograms) Close() error {
 	return _PressureClose(
+		p.OnCgroupFileWrite,
 		p.OnDirectReclaimBegin,
 		p.OnDirectReclaimEnd,
 		p.OnMarkVictim,
