@@ -1,6 +1,8 @@
 package pressure
 
 import (
+	"time"
+
 	"github.com/resizer/resize-agent/bpf"
 	"github.com/resizer/resize-agent/cgroup"
 )
@@ -14,6 +16,35 @@ type Tracker interface {
 // (*bpf.Tracker does).
 type programCoster interface {
 	ProgramStats() ([]bpf.ProgramStats, error)
+}
+
+// limitWriter is a Tracker that also times the writes to the cgroups'
+// limit files (*bpf.Tracker does where fexit loads).
+type limitWriter interface {
+	TimesLimitWrites() bool
+	LastLimitWrite(cgroupID uint64) (time.Time, bool, error)
+}
+
+// LastLimitWrite is the kernel's time of the last write to the cgroup's
+// cpu.max, cpu.weight or memory.max; ok is false when it is not known
+// (no write seen, or no hook).
+func (b BPF) LastLimitWrite(p string) (at time.Time, ok bool) {
+	lw, isLW := b.T.(limitWriter)
+	if !isLW || !lw.TimesLimitWrites() {
+		return time.Time{}, false
+	}
+	id, err := b.CG.ID(p)
+	if err != nil {
+		return time.Time{}, false
+	}
+	at, ok, err = lw.LastLimitWrite(id)
+	return at, ok && err == nil
+}
+
+// TimesLimitWrites reports whether LastLimitWrite can say anything.
+func (b BPF) TimesLimitWrites() bool {
+	lw, ok := b.T.(limitWriter)
+	return ok && lw.TimesLimitWrites()
 }
 
 // BPF is the Source backed by the eBPF programs: it finds the cgroup's id

@@ -172,8 +172,14 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	if kc.Enabled() {
 		kc.Companions = append(kc.Companions, kube.Capacity(capCfg))
 		// Every resize on the node, whoever asked: its phases and pressure.
-		lat, err := latency.New(latency.Options{NodeName: kc.NodeName, Cgroups: cg, Sources: sources,
-			Metrics: kubeResizes, Logger: log.With("component", "latency")})
+		lopts := latency.Options{NodeName: kc.NodeName, Cgroups: cg, Sources: sources,
+			Metrics: kubeResizes, Logger: log.With("component", "latency")}
+		for _, src := range sources {
+			if b, ok := src.(pressure.BPF); ok && b.TimesLimitWrites() {
+				lopts.Writes = b
+			}
+		}
+		lat, err := latency.New(lopts)
 		if err != nil {
 			return errors.Join(err, a.Close(context.Background()))
 		}

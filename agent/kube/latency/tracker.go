@@ -35,12 +35,24 @@ type Cgroups interface {
 
 var _ Cgroups = (*cgroup.Manager)(nil)
 
+// WriteTimes is the kernel's time of the last write to a cgroup's limit
+// files; pressure.BPF implements it.
+type WriteTimes interface {
+	LastLimitWrite(cgroupPath string) (time.Time, bool)
+}
+
+var _ WriteTimes = pressure.BPF{}
+
 // Options configure a Tracker. Zero values take the defaults.
 type Options struct {
 	NodeName string
 	Cgroups  Cgroups
 	// Sources give the pressure evidence; none: no evidence.
 	Sources []pressure.Source
+	// Writes, if set, times the writes to the containers' limit files
+	// (the eBPF source): the cgroup phase is then the kernel's time of
+	// the write rather than of the read that found the values.
+	Writes WriteTimes
 	Metrics *metrics.KubeResize
 	Logger  *slog.Logger
 	// Recorder writes the ResizeMeasured Events (Run makes one if nil).
@@ -570,6 +582,11 @@ type filesCheck struct {
 	held     []string
 	mismatch string
 	after    map[string]reading
+	// written is the kernel's time of the last write to each held
+	// container's limit files, podWritten to the pod cgroup's (zero:
+	// unknown).
+	written    map[string]time.Time
+	podWritten time.Time
 }
 
 // locate finds the cgroups of the pod's running containers it has not yet.
@@ -688,6 +705,14 @@ func (t *Tracker) checkFiles(c *filesCheck, now time.Time) {
 			continue
 		}
 		c.held = append(c.held, name)
+		if w := t.opts.Writes; w != nil {
+			if at, ok := w.LastLimitWrite(c.paths[name]); ok {
+				if c.written == nil {
+					c.written = map[string]time.Time{}
+				}
+				c.written[name] = at
+			}
+		}
 	}
 	if r.podWant != nil {
 		s, err := t.opts.Cgroups.Read(c.podPath)
@@ -695,6 +720,8 @@ func (t *Tracker) checkFiles(c *filesCheck, now time.Time) {
 			miss("pod cgroup: " + err.Error())
 		} else if m := podMismatch(r.podFiles, s, t.opts.Cgroups.PageSize()); m != "" {
 			miss("pod cgroup: " + m)
+		} else if w := t.opts.Writes; w != nil {
+			c.podWritten, _ = w.LastLimitWrite(c.podPath)
 		}
 	}
 	c.at = t.stamp(now)
@@ -719,19 +746,28 @@ func (t *Tracker) applyFiles(c *filesCheck) {
 			if r.cgroupBy == nil {
 				r.cgroupBy = map[string]time.Time{}
 			}
-			r.cgroupBy[name] = c.at
+			r.cgroupBy[name] = heldSince(r, c.written[name], c.at)
 		}
 	}
 	r.mismatch = c.mismatch
 	if c.mismatch != "" {
 		return
 	}
-	r.cgroupAt = c.at
-	// The kubelet writes the files only for a resize it admitted: they
-	// holding the values is an admission no later than the read, even if
-	// the handler stamped the condition after it (while the read ran).
-	if r.admitted.IsZero() || r.admitted.After(c.at) {
-		r.admitted, r.rec.AdmittedBy = c.at, "cgroup"
+	// The last of the files to get their values, the pod cgroup's included.
+	r.cgroupAt = time.Time{}
+	if r.podWant != nil {
+		r.cgroupAt = heldSince(r, c.podWritten, c.at)
+	}
+	for name := range r.want {
+		if at := r.cgroupBy[name]; at.After(r.cgroupAt) {
+			r.cgroupAt = at
+		}
+	}
+	// The kubelet writes the files only for a resize it admitted: their
+	// holding the values is an admission no later than that, even if the
+	// handler saw the condition after it.
+	if r.admitted.IsZero() || r.admitted.After(r.cgroupAt) {
+		r.admitted, r.rec.AdmittedBy = r.cgroupAt, "cgroup"
 	}
 	r.afterStart = c.after
 	for name, rd := range c.after {
@@ -739,6 +775,23 @@ func (t *Tracker) applyFiles(c *filesCheck) {
 			g.add(rd)
 		}
 	}
+}
+
+// heldSince is when files that a read at readAt found holding r's new
+// values got them: the kernel's time of their last write (the eBPF hook),
+// unless it is unknown or after the read (a later write of the same
+// values: then the read) or before the agent saw the change (the kubelet
+// quicker than the agent's watch: then when it saw it). A read alone says
+// only "by then", and on a node short of CPU the agent's 100 ms reads ran
+// 2.4 s after the container's own reads had seen the values.
+func heldSince(r *resize, written, readAt time.Time) time.Time {
+	switch {
+	case written.IsZero(), written.After(readAt):
+		return readAt
+	case written.Before(r.seen):
+		return r.seen
+	}
+	return written
 }
 
 // planSamples lists every located container's pressure reading for its

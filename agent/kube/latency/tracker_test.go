@@ -596,3 +596,53 @@ func TestSummaryContainerCgroups(t *testing.T) {
 		t.Errorf("summary:\n got %q\nwant %q", got, want)
 	}
 }
+
+// fakeWrites is the eBPF hook's times of the limit writes, per cgroup.
+type fakeWrites map[string]time.Time
+
+func (w fakeWrites) LastLimitWrite(p string) (time.Time, bool) {
+	at, ok := w[p]
+	return at, ok
+}
+
+// On the one-vCPU node the agent's reads ran 2.4 s after the container's
+// own reads saw the new values: with the eBPF hook the cgroup phase is the
+// kernel's time of the write, not of the read that found it.
+func TestCgroupPhaseIsTheWrite(t *testing.T) {
+	f := newFixture(t)
+	writes := fakeWrites{}
+	f.tr.opts.Writes = writes
+	f.observe(testPod(1, small))
+	f.at(time.Second)
+	seen := f.clock
+	f.observe(resized(2, f.clock))
+	f.at(100 * time.Millisecond)
+	f.files("80000 100000", cgroupWeight(200), 96<<20)
+	wrote := f.clock.Add(300 * time.Millisecond)
+	writes[ctrCgroup] = wrote
+	f.at(2400 * time.Millisecond) // the read, late
+	p := testPod(2, big)
+	p.Status.ObservedGeneration = 2
+	f.at(time.Second)
+	f.observe(p)
+	f.at(31 * time.Second)
+	r := only(t, f.tr)
+	if ph := phases(r); ph["cgroup"] != wrote.Sub(seen).Seconds() || ph["admitted"] > ph["cgroup"] || r.AdmittedBy != "cgroup" {
+		t.Errorf("phases %v, admitted by %s: want cgroup %.1fs, the write's time, and admitted by it", ph, r.AdmittedBy, wrote.Sub(seen).Seconds())
+	}
+	if len(r.ContainerCgroups) != 1 || !r.ContainerCgroups[0].At.Equal(wrote) {
+		t.Errorf("containerCgroups %+v, want app at %v", r.ContainerCgroups, wrote)
+	}
+	// A write before the agent saw the change (the kubelet quicker than
+	// the watch) is put when it saw it; one after the read at the read;
+	// none known at the read.
+	rs := &resize{seen: seen}
+	read := seen.Add(time.Second)
+	for _, c := range []struct{ written, want time.Time }{
+		{seen.Add(-time.Second), seen}, {seen.Add(3 * time.Second), read}, {time.Time{}, read}, {seen.Add(time.Millisecond), seen.Add(time.Millisecond)},
+	} {
+		if at := heldSince(rs, c.written, read); !at.Equal(c.want) {
+			t.Errorf("heldSince(written %v): %v, want %v", c.written, at, c.want)
+		}
+	}
+}
