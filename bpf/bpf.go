@@ -93,10 +93,10 @@ type Tracker struct {
 	// trace.
 	limitWrites *ebpf.Map
 	forgetMu    sync.Mutex // serialises Forget's updates of runqGen
-	reader    *ringbuf.Reader
-	events    chan OOMEvent
-	stop      chan struct{}
-	wg        sync.WaitGroup
+	reader      *ringbuf.Reader
+	events      chan OOMEvent
+	stop        chan struct{}
+	wg          sync.WaitGroup
 
 	mu       sync.RWMutex // write-held by Close
 	closed   bool

@@ -52,7 +52,7 @@ type Options struct {
 	// Writes, if set, times the writes to the containers' limit files
 	// (the eBPF source): the cgroup phase is then the kernel's time of
 	// the write rather than of the read that found the values.
-	Writes WriteTimes
+	Writes  WriteTimes
 	Metrics *metrics.KubeResize
 	Logger  *slog.Logger
 	// Recorder writes the ResizeMeasured Events (Run makes one if nil).
