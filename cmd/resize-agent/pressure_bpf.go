@@ -34,7 +34,8 @@ func bpfSource(o *Options, cg *cgroup.Manager, log *slog.Logger) (pressure.Sourc
 		log.Warn("eBPF pressure tracking "+why+"; serving PSI figures from the cgroup files instead", "err", err)
 		return nil, func() {}, nil
 	}
-	log.Info("eBPF pressure tracking loaded: run-queue latency, memcg reclaim stalls, OOM kills per cgroup")
+	log.Info("eBPF pressure tracking loaded: run-queue latency, memcg reclaim stalls, OOM kills per cgroup",
+		"limitWritesTimed", t.TimesLimitWrites())
 	// The programs' own cost (resize_agent_bpf_program_*) counts only
 	// while the kernel's BPF run-time statistics are on. Turning them on
 	// needs CAP_SYS_ADMIN, which only start-up has; the descriptor keeps

@@ -269,12 +269,16 @@ func TestLatency(t *testing.T) {
 			t.Errorf("app's files held the values at %v, after the cgroup phase %v", appAt, p.At)
 		}
 	}
-	// The test's reads lag a little too: the files every 200 ms through
-	// exec, the status every 100 ms.
+	// The test's reads lag too: the files every 200 ms through exec, by a
+	// loop in app that forks and starves like everything else in
+	// kubepods (it saw app's files 0.96 s after the kernel's time of the
+	// write in one run), the status every 100 ms. With eBPF the agent's
+	// cgroup time is the kernel's time of the write, so it may be well
+	// before the test's; it must not be much after.
 	for p, agent := range map[string]time.Time{"cgroup": appAt, "status": statusAt} {
 		a := host(agent)
 		timing(t, "latency_agent_host_"+p, time.Duration(a*float64(time.Second)))
-		if d := outside[p] - a; d < -1.5 || d > 1.0 {
+		if d := outside[p] - a; d < -1.5 || d > 2.5 {
 			t.Errorf("phase %s: agent %.2fs after the patch was sent (host clock), outside %.2fs", p, a, outside[p])
 		}
 	}
