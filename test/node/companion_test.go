@@ -164,9 +164,18 @@ func TestCompanion(t *testing.T) {
 		if cs.RestartCount != 1 {
 			t.Errorf("restartCount %d, want 1", cs.RestartCount)
 		}
-		prev := c.k(t, "-n", testNS, "logs", pod.Name, "--previous")
-		if !strings.Contains(prev, "started") {
-			t.Errorf("kubectl logs --previous: %q", prev)
+		// The kubelet can count the restart in the status before it knows
+		// the previous attempt's termination (a CI run: "previous
+		// terminated container not found" with restartCount 1).
+		var prev string
+		var prevErr error
+		for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(time.Second) {
+			if prev, prevErr = c.try("-n", testNS, "logs", pod.Name, "--previous"); prevErr == nil {
+				break
+			}
+		}
+		if prevErr != nil || !strings.Contains(prev, "started") {
+			t.Errorf("kubectl logs --previous: %q (%v)", prev, prevErr)
 		}
 		cur := c.k(t, "-n", testNS, "logs", pod.Name)
 		if strings.Count(cur, "started") != 1 {
