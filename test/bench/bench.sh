@@ -11,6 +11,9 @@
 #   BENCH_REST       how long the agent is sampled at rest (default 10s)
 #   BENCH_COUNT      -count of the microbenchmarks (default 6, the fewest for which
 #                    benchstat gives a 95% confidence interval)
+#   BENCH_NODE       0 leaves out the Kubernetes resize on the real node (test/node
+#                    TestResizeBench in the make test-node VM, about 10 minutes warm)
+#   NODE_BENCH_N     resizes per block there (default 4; four blocks, two per mode)
 #   BENCH_README     file to render into (default docs/benchmarks.md; "-" renders nothing)
 #   RESIZE_AGENT_LOAD_IDLE, RESIZE_AGENT_LOAD_MB, GOMEMLIMIT  the load test's idle
 #                    timeout (default 60s, the DaemonSet's), history (100 MiB) and
@@ -72,6 +75,22 @@ vm_secs=$(($(date +%s) - vm_start))
 # Where the agent's CPU goes: the in-process profile, cut to the agent's goroutines.
 go tool pprof -top -cum -nodecount=30 -tagfocus=side=agent "$payload/bin/bench" "$out/vm/cpu.pprof" >"$out/profile.txt" 2>&1 || true
 go tool pprof -top -nodecount=30 -tagfocus=side=agent "$payload/bin/bench" "$out/vm/cpu.pprof" >"$out/profile-flat.txt" 2>&1 || true
+# The same resize through pods/resize, the kubelet alone and with the agent
+# beside it, on the real node (issue 16 target 6). A failure here leaves the
+# table out and fails make bench at the end, after the rest is rendered.
+node_rc=0
+node_flag=()
+if [[ ${BENCH_NODE:-1} != 0 ]]; then
+	echo "== a Kubernetes resize on the real node, the kubelet alone and with the agent (host load $(load))"
+	node_start=$(date +%s)
+	if make image IMAGE_ARCHS="$(go env GOARCH)" &&
+		NODE_BENCH_OUT=$PWD/$out/node.json test/node/run.sh -test.run '^TestResizeBench$' 2>&1 | tee "$out/node.txt"; then
+		node_flag=(-node "$out/node.json")
+	else
+		node_rc=1
+	fi
+	echo "== the node part took $(($(date +%s) - node_start)) s"
+fi
 load_after=$(load)
 qemu_after=$(qemus)
 secs=$(($(date +%s) - start))
@@ -80,8 +99,12 @@ echo "== done in ${secs}s (VM ${vm_secs}s); $host"
 if [[ $README != - ]]; then
 	"$out/bench-host" render -results "$out/vm/results.json" -readme "$README" \
 		-micro "$out/micro.txt" -benchstat "$out/benchstat.txt" -profile "$out/profile.txt" \
-		-count "$COUNT" -host "$host" -run-time "$((secs / 60)) min $((secs % 60)) s (the VM part $((vm_secs / 60)) min $((vm_secs % 60)) s)"
+		-count "$COUNT" -host "$host" "${node_flag[@]}" -run-time "$((secs / 60)) min $((secs % 60)) s (the VM part $((vm_secs / 60)) min $((vm_secs % 60)) s)"
 	echo "== $README: bench block rewritten"
+fi
+if ((node_rc != 0)); then
+	echo "== the node part failed: see $out/node.txt" >&2
+	exit 1
 fi
 if ((load_rc != 0)); then
 	echo "== the daemon under load broke a bound: see $out/load.txt" >&2

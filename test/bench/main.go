@@ -46,6 +46,7 @@ func main() {
 		fs.StringVar(&r.runtime, "run-time", "", "how long make bench took")
 		fs.StringVar(&r.profile, "profile", "", "go tool pprof -top output of the agent's profile (optional)")
 		fs.StringVar(&r.count, "count", "6", "the -count the microbenchmarks ran with")
+		fs.StringVar(&r.node, "node", "", "test/node TestResizeBench's JSON (optional)")
 		_ = fs.Parse(os.Args[2:])
 		err = render(r)
 	default:

@@ -17,7 +17,7 @@ const (
 )
 
 type renderConfig struct {
-	results, readme, micro, benchstat, host, runtime, profile, count string
+	results, readme, micro, benchstat, host, runtime, profile, count, node string
 }
 
 // render rewrites the block between the bench markers of the bench page
@@ -107,6 +107,11 @@ func markdown(r Results, c renderConfig) (string, error) {
 		fmt.Fprintf(&w, "\n%s.\n", n)
 	}
 
+	if c.node != "" {
+		if err := nodeTable(&w, c.node); err != nil {
+			return "", err
+		}
+	}
 	if len(r.Throughput) > 0 {
 		w.WriteString("\n**Throughput**: concurrent API clients, each resizing its share of N bare cgroups (submit, then wait on the watch stream), through one agent.\n\n")
 		w.WriteString("| cgroups | clients | resizes | resizes/s | p50 ms | p99 ms | in the agent p50 | in the agent p99 | agent CPU |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
