@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 
 	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/bpf"
@@ -36,6 +37,12 @@ func bpfSource(o *Options, cg *cgroup.Manager, log *slog.Logger) (pressure.Sourc
 	}
 	log.Info("eBPF pressure tracking loaded: run-queue latency, memcg reclaim stalls, OOM kills per cgroup",
 		"limitWritesTimed", t.TimesLimitWrites())
+	// Loading decodes the kernel's BTF to relocate the programs: tens of
+	// MiB of heap that are garbage once they are in the kernel, and that
+	// the runtime's background scavenger hands back only slowly (make
+	// bench: 65 MiB resident at rest with eBPF, 37 without). Give it back
+	// now, once.
+	debug.FreeOSMemory()
 	// The programs' own cost (resize_agent_bpf_program_*) counts only
 	// while the kernel's BPF run-time statistics are on. Turning them on
 	// needs CAP_SYS_ADMIN, which only start-up has; the descriptor keeps

@@ -21,8 +21,9 @@ type nodeBench struct {
 }
 
 const (
-	nodeAlone = "kubelet alone"
-	nodeAgent = "with the agent"
+	nodeAlone    = "kubelet alone"
+	nodeAgent    = "with the agent"
+	nodeAgentOff = "with the agent, eBPF off"
 )
 
 // nodeWhat says what each measurement of the node bench is.
@@ -57,30 +58,41 @@ func nodeTable(w *strings.Builder, file string) error {
 		}
 		return nil
 	}
-	cell := func(v []float64) string {
-		if len(v) == 0 {
-			return "- | - | -"
-		}
+	sorted := func(v []float64) []float64 {
 		s := slices.Clone(v)
 		slices.Sort(s)
-		return fmt.Sprintf("%d | %.2f | %.2f", len(s), median(s), s[len(s)-1])
+		return s
 	}
-	fmt.Fprintf(w, "\n**A Kubernetes resize on the real node** (test/node `TestResizeBench`: the `make test-node` VM, kubelet %s, systemd cgroup driver, 1 vCPU under TCG): the same resize through `pods/resize` (CPU limit 500m ↔ 800m, request 100m ↔ 200m, memory limit 64Mi ↔ 96Mi, in place), as the kubelet does it alone (the agent's DaemonSet deleted) and with the agent beside it, in blocks %s; seconds from the patch being sent, on the host's clock.\n\n",
-		nb.Kubelet, strings.Join(nb.Blocks, ", "))
-	w.WriteString("| measurement | alone: n | p50 s | max s | with the agent: n | p50 s | max s | p50 with / alone |\n|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	cell := func(v []float64) string {
+		if len(v) == 0 {
+			return "- | -"
+		}
+		s := sorted(v)
+		return fmt.Sprintf("%.2f | %.2f", median(s), s[len(s)-1])
+	}
+	vs := func(v, alone []float64) string {
+		if len(v) == 0 || len(alone) == 0 {
+			return "-"
+		}
+		return ratio(median(sorted(v)), median(sorted(alone)))
+	}
+	n := func(mode string) int {
+		for _, r := range nb.Rows {
+			if r.Mode == mode {
+				return len(r.Seconds)
+			}
+		}
+		return 0
+	}
+	fmt.Fprintf(w, "\n**A Kubernetes resize on the real node** (test/node `TestResizeBench`: the `make test-node` VM, kubelet %s, systemd cgroup driver, 1 vCPU under TCG): the same resize through `pods/resize` (CPU limit 500m ↔ 800m, request 100m ↔ 200m, memory limit 64Mi ↔ 96Mi, in place), as the kubelet does it alone (the agent's DaemonSet deleted; %d resizes), with the agent beside it (%d) and with the agent without its eBPF programs (`--bpf=off`, %d), in blocks %s, each block's first resize not counted; seconds from the patch being sent, on the host's clock.\n\n",
+		nb.Kubelet, n(nodeAlone), n(nodeAgent), n(nodeAgentOff), strings.Join(nb.Blocks, ", "))
+	w.WriteString("| measurement | alone p50 s | max s | with the agent p50 s | max s | vs alone | eBPF off p50 s | max s | vs alone |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, m := range nodeWhat {
-		alone, with := get(nodeAlone, m.key), get(nodeAgent, m.key)
-		if len(alone) == 0 && len(with) == 0 {
+		alone, with, off := get(nodeAlone, m.key), get(nodeAgent, m.key), get(nodeAgentOff, m.key)
+		if len(alone) == 0 && len(with) == 0 && len(off) == 0 {
 			continue
 		}
-		r := "-"
-		if len(alone) > 0 && len(with) > 0 {
-			a, b := slices.Clone(alone), slices.Clone(with)
-			slices.Sort(a)
-			slices.Sort(b)
-			r = ratio(median(b), median(a))
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", m.text, cell(alone), cell(with), r)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", m.text, cell(alone), cell(with), vs(with, alone), cell(off), vs(off, alone))
 	}
 	return nil
 }

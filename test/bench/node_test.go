@@ -12,7 +12,8 @@ func TestNodeTable(t *testing.T) {
 	if err := os.WriteFile(f, []byte(`{"kubelet":"v1.37.2","blocks":["kubelet alone","with the agent"],"rows":[
 		{"mode":"kubelet alone","what":"cgroup","seconds":[3,1,2]},
 		{"mode":"with the agent","what":"cgroup","seconds":[4,2]},
-		{"mode":"with the agent","what":"agent cgroup","seconds":[1.5]}]}`), 0o644); err != nil {
+		{"mode":"with the agent","what":"agent cgroup","seconds":[1.5]},
+		{"mode":"with the agent, eBPF off","what":"cgroup","seconds":[2.5]}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var w strings.Builder
@@ -22,8 +23,9 @@ func TestNodeTable(t *testing.T) {
 	got := w.String()
 	for _, want := range []string{
 		"kubelet v1.37.2",
-		"| the container's `cpu.max` and `memory.max` hold the new values (read from inside it every 200 ms) | 3 | 2.00 | 3.00 | 2 | 3.00 | 4.00 | 1.5× |",
-		"| the agent's phases: the kernel's time of the last limit write (eBPF) or its read | - | - | - | 1 | 1.50 | 1.50 | - |",
+		"| the container's `cpu.max` and `memory.max` hold the new values (read from inside it every 200 ms) | 2.00 | 3.00 | 3.00 | 4.00 | 1.5× | 2.50 | 2.50 | 1.2× |",
+		"| the agent's phases: the kernel's time of the last limit write (eBPF) or its read | - | - | 1.50 | 1.50 | - | - | - | - |",
+		"the kubelet does it alone (the agent's DaemonSet deleted; 3 resizes), with the agent beside it (2) and with the agent without its eBPF programs (`--bpf=off`, 1)",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", want, got)

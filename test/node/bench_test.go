@@ -34,15 +34,20 @@ type NodeBenchRow struct {
 }
 
 const (
-	benchAlone = "kubelet alone"
-	benchAgent = "with the agent"
+	benchAlone    = "kubelet alone"
+	benchAgent    = "with the agent"
+	benchAgentOff = "with the agent, eBPF off"
 )
 
 // TestResizeBench (make bench; issue 16 target 6, issue 14 item 2): the
 // same resize requested through pods/resize, as the kubelet does it alone
 // (the agent's DaemonSet deleted) and as it completes with the agent
-// beside it, in blocks alone, agent, agent, alone so that neither gets
-// only the warmer node. For each resize, from the patch being sent, on the
+// beside it, with its eBPF programs and without them (--bpf=off: what the
+// scheduler hooks cost the kubelet's resize on a node of one CPU), in
+// blocks alone, agent, agent without eBPF twice, agent, alone, so that no
+// mode gets only the warmer node. Each block's first resize is not
+// counted: it follows the agent's start (its first look at every pod and
+// cgroup) in the blocks that start it. For each resize, from the patch being sent, on the
 // host's clock: the patch answered, the kubelet's admission seen
 // (PodResizeInProgress or observedGeneration), the container's cgroup
 // files holding the new values (read from inside it every 200 ms), the
@@ -66,7 +71,8 @@ func TestResizeBench(t *testing.T) {
 		t.FailNow()
 	}
 	useNamespace(t, c, testNS)
-	res := NodeBench{Kubelet: node.Status.NodeInfo.KubeletVersion, Blocks: []string{benchAlone, benchAgent, benchAgent, benchAlone}}
+	res := NodeBench{Kubelet: node.Status.NodeInfo.KubeletVersion,
+		Blocks: []string{benchAlone, benchAgent, benchAgentOff, benchAgentOff, benchAgent, benchAlone}}
 	rows := map[[2]string]*NodeBenchRow{}
 	var order [][2]string // rows in the order first measured
 	add := func(mode, what string, s float64) {
@@ -77,19 +83,34 @@ func TestResizeBench(t *testing.T) {
 		}
 		rows[k].Seconds = append(rows[k].Seconds, s)
 	}
-	agentUp := false
+	running := "" // the mode the node is in
 	for bi, mode := range res.Blocks {
-		if mode == benchAgent && !agentUp {
-			deployAgent(t, c, node)
-			agentUp = true
-		} else if mode == benchAlone {
-			removeAgent(t, c, node)
-			agentUp = false
+		if mode != running {
+			switch mode {
+			case benchAlone:
+				removeAgent(t, c, node)
+			case benchAgent:
+				deployAgent(t, c, node) // applying the overlay again takes --bpf=off away
+			case benchAgentOff:
+				deployAgent(t, c, node)
+				c.k(t, "-n", agentNS, "patch", "ds", agentDS, "--type=json", "-p",
+					`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--bpf=off"}]`)
+				c.k(t, "-n", agentNS, "rollout", "status", "daemonset/"+agentDS, "--timeout=110s")
+				waitAgentPod(t, c, node)
+			}
+			running = mode
 		}
 		name := fmt.Sprintf("bench-%d", bi)
 		b := benchPod(ctx, t, c, node, name)
+		warm := b.resize(ctx, t, true)
+		t.Logf("%s, block %d, warm-up resize (not counted): %v", mode, bi, warm)
+		cur, err := c.cs.CoreV1().Pods(testNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		warmGen := cur.Generation
 		for i := 0; i < perBlock; i++ {
-			m := b.resize(ctx, t, i%2 == 0)
+			m := b.resize(ctx, t, i%2 == 1)
 			for _, w := range []string{"patch answered", "admitted", "cgroup", "status", "kubelet"} {
 				if v, ok := m[w]; ok {
 					add(mode, w, v)
@@ -98,8 +119,11 @@ func TestResizeBench(t *testing.T) {
 			t.Logf("%s, block %d, resize %d: %v", mode, bi, i, m)
 		}
 		b.stop()
-		if mode == benchAgent {
+		if mode != benchAlone {
 			for _, r := range agentResizes(t, c, name) {
+				if r.Generation <= warmGen {
+					continue // the warm-up
+				}
 				for _, p := range r.Phases {
 					add(mode, "agent "+p.Phase, p.Seconds)
 				}

@@ -267,29 +267,7 @@ func deployAgent(t *testing.T, c *cluster, node *corev1.Node) *corev1.Pod {
 	// applying the overlay again then rolls the pod, and until the rollout
 	// ends the old pod is still Running and Ready, on its way out.
 	c.k(t, "-n", agentNS, "rollout", "status", "daemonset/"+agentDS, "--timeout=110s") // within try's 2 minutes
-	var pod *corev1.Pod
-	poll(t, "the DaemonSet's pod on "+node.Name+" Running and Ready", 500*time.Millisecond, func() (bool, error) {
-		pods, err := c.cs.CoreV1().Pods(agentNS).List(ctx, metav1.ListOptions{
-			LabelSelector: "app.kubernetes.io/name=resize-agent", FieldSelector: "spec.nodeName=" + node.Name,
-		})
-		if err != nil || len(pods.Items) == 0 {
-			return false, fmt.Errorf("no agent pod yet (%v)", err)
-		}
-		var p *corev1.Pod
-		for i := range pods.Items {
-			if pods.Items[i].DeletionTimestamp == nil {
-				p = &pods.Items[i]
-			}
-		}
-		if p == nil {
-			return false, fmt.Errorf("only terminating agent pods")
-		}
-		if p.Status.Phase != corev1.PodRunning || !podReady(p) {
-			return false, fmt.Errorf("pod %s: phase %s, ready %v, %s", p.Name, p.Status.Phase, podReady(p), waitingReasons(p))
-		}
-		pod = p
-		return true, nil
-	})
+	pod := waitAgentPod(t, c, node)
 	timing(t, "agent_apply_to_ready", time.Since(start))
 
 	ds, err := c.cs.AppsV1().DaemonSets(agentNS).Get(ctx, agentDS, metav1.GetOptions{})
@@ -649,4 +627,35 @@ func guestClockSkew(ctx context.Context, t *testing.T, c *cluster, pod, containe
 		t.Fatalf("the guest's clock through kubectl exec %s: %v (%d readings)", pod, err, n)
 	}
 	return best
+}
+
+// waitAgentPod waits for the DaemonSet's pod on the node, Running and
+// Ready and not on its way out.
+func waitAgentPod(t *testing.T, c *cluster, node *corev1.Node) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	var pod *corev1.Pod
+	poll(t, "the DaemonSet's pod on "+node.Name+" Running and Ready", 500*time.Millisecond, func() (bool, error) {
+		pods, err := c.cs.CoreV1().Pods(agentNS).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/name=resize-agent", FieldSelector: "spec.nodeName=" + node.Name,
+		})
+		if err != nil || len(pods.Items) == 0 {
+			return false, fmt.Errorf("no agent pod yet (%v)", err)
+		}
+		var p *corev1.Pod
+		for i := range pods.Items {
+			if pods.Items[i].DeletionTimestamp == nil {
+				p = &pods.Items[i]
+			}
+		}
+		if p == nil {
+			return false, fmt.Errorf("only terminating agent pods")
+		}
+		if p.Status.Phase != corev1.PodRunning || !podReady(p) {
+			return false, fmt.Errorf("pod %s: phase %s, ready %v, %s", p.Name, p.Status.Phase, podReady(p), waitingReasons(p))
+		}
+		pod = p
+		return true, nil
+	})
+	return pod
 }
