@@ -97,6 +97,8 @@ type podTrack struct {
 	// podSpec is the pod-level resources (spec.resources; empty without).
 	podSpec corev1.ResourceRequirements
 	ids     map[string]string // container name -> runtime ID
+	// started is when each running container started (its status).
+	started map[string]time.Time
 	// cgroups located per container name, with the ID they are for.
 	cgroups map[string]located
 	missed  map[string]missed
@@ -207,9 +209,11 @@ func (t *Tracker) observe(p *corev1.Pod, now time.Time) {
 	pt.qos = p.Status.QOSClass
 	podSpec := podLevel(p)
 	pt.ids = map[string]string{}
+	pt.started = map[string]time.Time{}
 	for _, cs := range p.Status.ContainerStatuses {
 		if cs.State.Running != nil && cs.ContainerID != "" {
 			pt.ids[cs.Name] = cs.ContainerID
+			pt.started[cs.Name] = cs.State.Running.StartedAt.Time
 		}
 	}
 	if p.Generation > pt.gen {
@@ -518,6 +522,8 @@ func (t *Tracker) tick(at time.Time) {
 		}
 		if start, ok := b.g.atOrBefore(b.from); ok {
 			b.r.before[b.name] = window(start, b.rd)
+		} else if !b.born.IsZero() {
+			b.r.before[b.name] = window(birth(b.born, b.rd), b.rd)
 		}
 		b.g.add(b.rd)
 	}
@@ -549,13 +555,16 @@ type round struct {
 }
 
 // beforeRead is the reading that ends a resize's window before; from is
-// where that window starts.
+// where that window starts. born is when the container started, when that
+// is within the window: with no reading of its own yet (a resize within a
+// sampling period of the start), the window before runs from there.
 type beforeRead struct {
 	r    *resize
 	name string
 	g    *ring
 	path string
 	from time.Time
+	born time.Time
 	rd   reading
 }
 
@@ -656,13 +665,26 @@ func (t *Tracker) planBefore(r *resize, now time.Time) []beforeRead {
 	}
 	r.before = map[string]*api.PressureWindow{}
 	var out []beforeRead
+	from := now.Add(-t.opts.Window)
 	for name := range r.want {
 		loc, ok := r.pod.cgroups[name]
-		g := r.pod.rings[name]
-		if !ok || g == nil {
+		if !ok {
 			continue
 		}
-		out = append(out, beforeRead{r: r, name: name, g: g, path: loc.path, from: now.Add(-t.opts.Window)})
+		b := beforeRead{r: r, name: name, g: r.pod.rings[name], path: loc.path, from: from}
+		if at := r.pod.started[name]; !at.IsZero() && !at.Before(from) && !at.After(now) {
+			b.born = at
+		}
+		if b.g == nil {
+			if b.born.IsZero() {
+				continue
+			}
+			// A container younger than a sampling period has no ring
+			// yet; this reading starts it.
+			b.g = newRing(t.ringSize())
+			r.pod.rings[name] = b.g
+		}
+		out = append(out, b)
 	}
 	return out
 }

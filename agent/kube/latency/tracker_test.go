@@ -241,6 +241,64 @@ func TestPhasesInOrder(t *testing.T) {
 	}
 }
 
+// A resize of a container younger than a sampling period (a pod created
+// and resized at once, as in docs/walkthrough.md): no reading of its own
+// yet, so the window before runs from the container's start, when its
+// counters were zero (a CI node left the Event's "before" empty).
+func TestBeforeWindowOfAYoungContainer(t *testing.T) {
+	f := newFixture(t)
+	f.at(time.Second) // a sampling round with no pod: the next is 5 s away
+	started := f.clock.Add(-3 * time.Second)
+	p := testPod(1, small)
+	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
+	f.observe(p)
+	f.at(100 * time.Millisecond) // located, not sampled
+	f.q.counts[ctrCgroup] = []uint64{10, 60, 100}
+	cgrouptest.FakePressure(t, f.root, ctrCgroup, 1_500_000, 80, 0)
+
+	p = resized(2, f.clock)
+	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
+	f.observe(p)
+	f.at(100 * time.Millisecond)
+	f.files("80000 100000", cgroupWeight(200), 96<<20)
+	f.at(100 * time.Millisecond)
+	p = testPod(2, big)
+	p.Status.ObservedGeneration = 2
+	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
+	f.observe(p)
+	for range 8 {
+		f.at(5 * time.Second)
+	}
+	r := only(t, f.tr)
+	if r.Outcome != "completed" || len(r.Pressure) != 1 || r.Pressure[0].Before == nil || r.Pressure[0].After == nil {
+		t.Fatalf("after the window: %+v", r)
+	}
+	b := r.Pressure[0].Before
+	if b.Seconds < 3 || b.Seconds > 3.5 {
+		t.Errorf("window before %.2fs, want from the start (3.2s)", b.Seconds)
+	}
+	if b.RunqCount != 100 || b.RunqP50Seconds == nil || *b.RunqP50Seconds <= 0.001 || *b.RunqP50Seconds > 0.01 {
+		t.Errorf("window before: %d run-queue waits, p50 %v; want the 100 since the start, p50 in (1ms, 10ms]", b.RunqCount, b.RunqP50Seconds)
+	}
+	if b.ThrottledSeconds <= 0 || b.CPUPressure == nil || *b.CPUPressure <= 0 {
+		t.Errorf("window before: throttled %.3fs, cpu psi %v; want both from the start", b.ThrottledSeconds, b.CPUPressure)
+	}
+
+	// An old container with no reading (sampling capped, say) still gets
+	// no window: a since-start average would not be "before".
+	f2 := newFixture(t)
+	f2.at(time.Second)
+	p = testPod(1, small)
+	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: f2.clock.Add(-time.Hour)}
+	f2.observe(p)
+	f2.at(100 * time.Millisecond)
+	f2.observe(resized(2, f2.clock))
+	f2.at(100 * time.Millisecond)
+	if r := f2.tr.pods[uid].open; r == nil || !r.tookBefore || len(r.before) != 0 {
+		t.Errorf("an hour-old container with no reading: resize %+v, want its window before taken and empty", r)
+	}
+}
+
 func cgroupWeight(milli int64) int { return int(cgroup.MilliCPUToWeight(milli)) }
 
 // A kubelet that admits, actuates and reports between two status updates:

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/resizer/resize-agent/agent/api"
+	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/agent/pressure"
 )
 
@@ -76,6 +77,31 @@ func (g *ring) atOrBefore(t time.Time) (reading, bool) {
 		return best, true
 	}
 	return oldest, !oldest.at.IsZero()
+}
+
+// birth is the reading of a cgroup at its container's start at, for the
+// end reading b: every counter the window uses starts at zero when the
+// cgroup is made (PSI totals, cpu.stat; the BPF maps count a cgroup from
+// its first event), so this is zero with b's shape. The start is the
+// status's startedAt (whole seconds; the cgroup is made a moment before),
+// so such a window may be up to a second long or short.
+func birth(at time.Time, b reading) reading {
+	z := reading{at: at}
+	if b.files != nil {
+		f := *b.files
+		f.Files = &cgroup.Pressure{HasPSI: b.files.Files != nil && b.files.Files.HasPSI}
+		f.CPUStall, f.MemoryStall, f.OOMKills = 0, 0, 0
+		z.files = &f
+	}
+	if b.bpf != nil {
+		s := *b.bpf
+		if h := b.bpf.RunqLatency; h != nil {
+			s.RunqLatency = &pressure.Histogram{Bounds: h.Bounds, Counts: make([]uint64, len(h.Counts))}
+		}
+		s.CPUStall, s.MemoryStall, s.OOMKills, s.Reclaims = 0, 0, 0, 0
+		z.bpf = &s
+	}
+	return z
 }
 
 // window is what the counters did between a and b; nil if they cannot say.
