@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/resizer/resize-agent/agent/api"
-	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/agent/pressure"
+	"github.com/resizer/resize-agent/cgroup"
 )
 
 // reading is one read of every pressure source for one cgroup: cumulative
