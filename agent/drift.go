@@ -17,6 +17,7 @@ import (
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -80,9 +81,29 @@ func WithDriftBackoff(window time.Duration, restores int) Option {
 	return func(a *Agent) { a.drift.window, a.drift.restores = window, restores }
 }
 
+// LimitWrites names the last write to a cgroup's limit files
+// (pressure.BPF, where the eBPF hook on cgroup_file_write is attached).
+type LimitWrites interface {
+	LimitWriteMark(cgroupPath string) (pressure.WriteMark, bool)
+}
+
+// WithDriftWrites makes DriftCheck event-driven: a container whose files
+// were clean at its last check, and whose cgroup (and pod cgroup) nothing
+// has written since, is not read again; every container is still read
+// every sweep (default a minute), for the
+// writes the hook cannot see (cpu.weight.nice; a cgroup the kernel map lost
+// before it was seen). Reading four files of each idle container every
+// interval was the agent's cost at rest on a node of 1,000 (issue 16).
+func WithDriftWrites(w LimitWrites, sweep time.Duration) Option {
+	return func(a *Agent) { a.drift.writes, a.drift.sweep = w, sweep }
+}
+
 // DriftResult sums up one DriftCheck.
 type DriftResult struct {
 	Checked int // containers whose files were read
+	// Skipped counts the clean containers not read again: nothing wrote
+	// their limit files since they were (WithDriftWrites).
+	Skipped int
 	Drifted int // containers drifted now
 	// Recheck is set while a restore waits to be verified: RunDrift then
 	// looks again soon, so that a writer fighting the agent is caught.
@@ -98,6 +119,9 @@ type drifts struct {
 	state     map[string]*driftState // by container key
 	log       *slog.Logger
 	metrics   *metrics.Metrics
+	writes    LimitWrites
+	sweep     time.Duration
+	swept     time.Time // the last check that read every container
 }
 
 // driftState is what the agent remembers of one container's drift.
@@ -114,6 +138,10 @@ type driftState struct {
 	contested  bool
 	backoff    time.Duration
 	until      time.Time
+	// clean is set when the last read found the files holding the values,
+	// with the write marks taken just before it (WithDriftWrites).
+	clean         bool
+	mark, podMark pressure.WriteMark
 }
 
 // probe is what one container's check reads, snapshotted under the lock.
@@ -132,6 +160,12 @@ type probe struct {
 	readErr  error
 	podSt    *cgroup.State
 	podFiles []DriftFile
+	// The write marks: the last clean read's (may: it can be skipped on
+	// equal marks) and the ones taken before this read (marked: all ok).
+	may             bool
+	prev, prevPod   pressure.WriteMark
+	marked, skipped bool
+	mark, podMark   pressure.WriteMark
 }
 
 const (
@@ -181,12 +215,27 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 		return DriftResult{}
 	}
 	probes := probesOf(a.containers, a.act, a.drift.leavePods)
+	now := a.now()
+	w := a.drift.writes
+	if w != nil {
+		if now.Sub(a.drift.swept) >= a.drift.sweepOr() {
+			a.drift.swept = now // this check reads everything
+		} else {
+			a.drift.mayskip(probes, a.rt != nil)
+		}
+	}
 	a.mu.Unlock()
 
 	pageSize := a.cg.PageSize()
 	for _, p := range probes {
 		if ctx.Err() != nil {
 			break
+		}
+		if w != nil {
+			p.marks(w)
+			if p.skipped {
+				continue
+			}
 		}
 		if p.pod != "" {
 			// As apply does: the pod cgroup counts the containers of the
@@ -217,11 +266,20 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 			// The periodic refresh of what resizes sum the pod with.
 			pd.setListing(p.listed)
 		}
+		if p.skipped {
+			res.Skipped++
+			continue
+		}
 		if p.readErr != nil || ctx.Err() != nil || a.closing || !p.unchanged(a.containers[p.c.key]) {
 			continue
 		}
 		res.Checked++
 		a.actLocked(p)
+		if d := a.drift.state[p.c.key]; d != nil {
+			// A clean read with its marks lets the next checks skip it.
+			d.clean = p.marked && d.info == nil && !d.verify
+			d.mark, d.podMark = p.mark, p.podMark
+		}
 	}
 	for key, d := range a.drift.state {
 		if a.containers[key] != d.c {
@@ -237,6 +295,44 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 		a.metrics.DriftedContainers.Set(float64(res.Drifted))
 	}
 	return res
+}
+
+// sweepOr is how often every container is read whatever the marks say.
+func (d *drifts) sweepOr() time.Duration {
+	if d.sweep > 0 {
+		return d.sweep
+	}
+	return time.Minute
+}
+
+// mayskip lets the probes whose containers were clean at their last read,
+// with nothing run for them since, be skipped on unchanged marks. A pod
+// probe that lists its pod's containers through the runtime is never
+// skipped: the listing is what its pod's expected values follow.
+func (d *drifts) mayskip(probes []*probe, runtime bool) {
+	for _, p := range probes {
+		st := d.state[p.c.key]
+		if st == nil || st.c != p.c || !st.clean || st.info != nil || st.verify || st.seen != p.c.last {
+			continue
+		}
+		if p.pod != "" && p.podUID != "" && runtime {
+			continue
+		}
+		p.may, p.prev, p.prevPod = true, st.mark, st.podMark
+	}
+}
+
+// marks takes p's write marks before its files are read, and marks p
+// skipped when they are the ones of its last clean read.
+func (p *probe) marks(w LimitWrites) {
+	var ok, podOK bool
+	p.mark, ok = w.LimitWriteMark(p.path)
+	podOK = true
+	if p.pod != "" {
+		p.podMark, podOK = w.LimitWriteMark(p.pod)
+	}
+	p.marked = ok && podOK
+	p.skipped = p.may && p.marked && p.mark == p.prev && (p.pod == "" || p.podMark == p.prevPod)
 }
 
 // probesOf snapshots what the idle containers should hold. A pod's

@@ -22,6 +22,7 @@ import (
 	"github.com/resizer/resize-agent/agent/agenttest"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 	"github.com/resizer/resize-agent/cri"
@@ -650,5 +651,101 @@ func TestDriftPodWithUnmanagedContainer(t *testing.T) {
 	}
 	if r := checkAll(t, ra.Agent); r.Drifted != 0 {
 		t.Errorf("after the restore: %+v", r)
+	}
+}
+
+// writeMarks is a LimitWrites that the test moves as the kernel hook
+// would on a write; unknown paths have no mark.
+type writeMarks struct {
+	mu    sync.Mutex
+	marks map[string]pressure.WriteMark
+	calls int
+}
+
+func (w *writeMarks) LimitWriteMark(p string) (pressure.WriteMark, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls++
+	m, ok := w.marks[p]
+	return m, ok
+}
+
+func (w *writeMarks) write(p string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.marks[p]
+	m.Stamp++
+	w.marks[p] = m
+}
+
+// With the kernel's limit-write marks, a clean container is read again
+// only when something wrote its files, or at the sweep; a write the hook
+// does not see is caught at the sweep.
+func TestDriftFollowsWrites(t *testing.T) {
+	w := &writeMarks{marks: map[string]pressure.WriteMark{"/a": {Cgroup: 1}, "/b": {Cgroup: 2}}}
+	f := newDriftFixture(t, bigNode, []agent.Option{agent.WithDriftWrites(w, time.Minute)}, "/a", "/b", "/c")
+	var mu sync.Mutex
+	reads := map[string]int{}
+	f.cg.onRead = func(p string) { mu.Lock(); reads[p]++; mu.Unlock() }
+	readsOf := func(p string) int { mu.Lock(); defer mu.Unlock(); n := reads[p]; reads[p] = 0; return n }
+	for _, n := range []string{"a", "b", "c"} {
+		submit(t, f.a, spec(n, "/"+n, nil, map[string]string{"cpu": "1", "memory": "256Mi"}))
+	}
+	readsOf("/a")
+	readsOf("/b")
+	readsOf("/c")
+	check := func(wantChecked, wantSkipped int) {
+		t.Helper()
+		r := f.a.DriftCheck(context.Background())
+		if r.Checked != wantChecked || r.Skipped != wantSkipped {
+			t.Fatalf("drift check: %d read, %d skipped; want %d, %d", r.Checked, r.Skipped, wantChecked, wantSkipped)
+		}
+		for _, it := range f.driftIntents() {
+			if !it.Status.State.Terminal() {
+				settle(t, f.a, it.ID)
+			}
+		}
+	}
+	check(3, 0) // the first check sweeps
+	readsOf("/a")
+	readsOf("/b")
+	readsOf("/c")
+	f.clk.Add(10 * time.Second)
+	check(1, 2) // /c has no mark (the hook cannot name it): read each time
+	if n := readsOf("/a") + readsOf("/b"); n != 0 {
+		t.Errorf("clean, unwritten containers read %d times", n)
+	}
+	if n := readsOf("/c"); n != 1 {
+		t.Errorf("/c without a mark read %d times, want 1", n)
+	}
+
+	// A stray write the hook sees: read, found, restored.
+	cgrouptest.SetFile(t, f.root, "/a", "cpu.max", "max 100000")
+	w.write("/a")
+	f.clk.Add(10 * time.Second)
+	check(2, 1)
+	if got := cgrouptest.ReadFile(t, f.root, "/a", "cpu.max"); got != "100000 100000" {
+		t.Errorf("/a cpu.max after the check: %q, want restored", got)
+	}
+	w.write("/a") // the restore's own write
+	f.clk.Add(10 * time.Second)
+	check(2, 1) // the restore verified
+	f.clk.Add(10 * time.Second)
+	check(1, 2)
+
+	// A write the hook misses (cpu.weight.nice, say): only the sweep sees it.
+	cgrouptest.SetFile(t, f.root, "/b", "memory.max", "1073741824")
+	f.clk.Add(10 * time.Second)
+	check(1, 2)
+	if got := cgrouptest.ReadFile(t, f.root, "/b", "memory.max"); got != "1073741824" {
+		t.Fatalf("/b memory.max %q", got)
+	}
+	f.clk.Add(time.Minute)
+	check(3, 0)
+	if got := cgrouptest.ReadFile(t, f.root, "/b", "memory.max"); got != "268435456" {
+		t.Errorf("/b memory.max after the sweep: %q, want restored", got)
+	}
+	if n := len(f.driftIntents()); n != 2 {
+		t.Errorf("%d drift intents, want 2 (a, then b)", n)
 	}
 }

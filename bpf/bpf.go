@@ -333,22 +333,33 @@ func (t *Tracker) TimesLimitWrites() bool { return t.limitWrites != nil }
 // entry was evicted: the map keeps the 4,096 cgroups written last), or
 // when the kernel has no hook for it.
 func (t *Tracker) LastLimitWrite(cgroupID uint64) (at time.Time, ok bool, err error) {
+	ns, ok, err := t.LimitWriteStamp(cgroupID)
+	if !ok || err != nil {
+		return time.Time{}, false, err
+	}
+	return monoToWall(ns), true, nil
+}
+
+// LimitWriteStamp is LastLimitWrite's kernel time as the program took it
+// (CLOCK_MONOTONIC ns): two calls that return the same stamp saw the same
+// last write, which the wall-clock times cannot promise (their offset is
+// read anew each time).
+func (t *Tracker) LimitWriteStamp(cgroupID uint64) (ns uint64, ok bool, err error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.closed {
-		return time.Time{}, false, errClosed
+		return 0, false, errClosed
 	}
 	if t.limitWrites == nil {
-		return time.Time{}, false, nil
+		return 0, false, nil
 	}
-	var ns uint64
 	switch err := t.limitWrites.Lookup(cgroupID, &ns); {
 	case errors.Is(err, ebpf.ErrKeyNotExist):
-		return time.Time{}, false, nil
+		return 0, false, nil
 	case err != nil:
-		return time.Time{}, false, fmt.Errorf("bpf: reading the last limit write of cgroup %d: %w", cgroupID, err)
+		return 0, false, fmt.Errorf("bpf: reading the last limit write of cgroup %d: %w", cgroupID, err)
 	}
-	return monoToWall(ns), true, nil
+	return ns, true, nil
 }
 
 // monoToWall turns a bpf_ktime_get_ns time (CLOCK_MONOTONIC) into the wall

@@ -23,6 +23,7 @@ type programCoster interface {
 type limitWriter interface {
 	TimesLimitWrites() bool
 	LastLimitWrite(cgroupID uint64) (time.Time, bool, error)
+	LimitWriteStamp(cgroupID uint64) (uint64, bool, error)
 }
 
 // LastLimitWrite is the kernel's time of the last write to the cgroup's
@@ -39,6 +40,33 @@ func (b BPF) LastLimitWrite(p string) (at time.Time, ok bool) {
 	}
 	at, ok, err = lw.LastLimitWrite(id)
 	return at, ok && err == nil
+}
+
+// WriteMark names the last write to a cgroup's limit files: the cgroup (its
+// id, so that a cgroup made anew at the same path has another mark) and the
+// kernel's stamp of the write (0: none seen). Equal marks taken at two
+// times mean that nothing wrote cpu.max, cpu.weight or memory.max in
+// between, unless the map lost the cgroup's entry (it keeps the 4,096
+// written last) and it was never seen before: a caller that skips reads on
+// equal marks still reads everything now and then.
+type WriteMark struct{ Cgroup, Stamp uint64 }
+
+// LimitWriteMark is the cgroup p's WriteMark; ok is false when the hook is
+// not attached, the cgroup cannot be named or the map cannot be read.
+func (b BPF) LimitWriteMark(p string) (m WriteMark, ok bool) {
+	lw, isLW := b.T.(limitWriter)
+	if !isLW || !lw.TimesLimitWrites() {
+		return WriteMark{}, false
+	}
+	id, err := b.CG.ID(p)
+	if err != nil {
+		return WriteMark{}, false
+	}
+	ns, _, err := lw.LimitWriteStamp(id)
+	if err != nil {
+		return WriteMark{}, false
+	}
+	return WriteMark{Cgroup: id, Stamp: ns}, true
 }
 
 // TimesLimitWrites reports whether LastLimitWrite can say anything.

@@ -95,6 +95,14 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	}
 	defer closeSources()
 	agentOpts = append(agentOpts, agent.WithPressure(sources...))
+	for _, src := range sources {
+		if b, ok := src.(pressure.BPF); ok && b.TimesLimitWrites() {
+			// Drift checks read only what was written since; a full read
+			// every six intervals catches what the hook cannot see.
+			agentOpts = append(agentOpts, agent.WithDriftWrites(b, 6*s.driftEvery))
+			log.Info("drift checks follow the kernel's limit writes", "sweep", 6*s.driftEvery)
+		}
+	}
 	// Exits free capacity for Deferred intents the moment they happen.
 	if w, err := cg.NewWatcher(); err != nil {
 		log.Warn("cannot watch cgroups for exits; capacity frees at the next resync instead", "err", err)

@@ -8,7 +8,8 @@
 #   BENCH_N_RUNTIME  resizes per method that goes through containerd (default 200:
 #                    under TCG on a loaded host one round of those four takes ~2-3 s,
 #                    so 1000 would take 35-50 min alone)
-#   BENCH_REST       how long the agent is sampled at rest (default 10s)
+#   BENCH_REST       how long the agent is sampled at rest (default 60s:
+#                    a drift sweep, see agent.WithDriftWrites, falls in it)
 #   BENCH_COUNT      -count of the microbenchmarks (default 6, the fewest for which
 #                    benchstat gives a 95% confidence interval)
 #   BENCH_NODE       0 leaves out the Kubernetes resize on the real node (test/node
@@ -25,7 +26,7 @@ export GOFLAGS=${GOFLAGS:--buildvcs=false}
 
 N=${BENCH_N:-1000}
 N_RUNTIME=${BENCH_N_RUNTIME:-200}
-REST=${BENCH_REST:-10s}
+REST=${BENCH_REST:-60s}
 COUNT=${BENCH_COUNT:-6}
 README=${BENCH_README:-docs/benchmarks.md}
 # benchstat, pinned, fetched through the module proxy once (Go's cache).

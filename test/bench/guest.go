@@ -265,6 +265,10 @@ func concurrent(d *daemon, ms []*method, workers, total int) ThroughputRow {
 		AgentCPU: cpuPercent(s0, s1)}
 }
 
+// settle is how long the agent is left after a load before its cost at
+// rest is sampled.
+const settle = 10 * time.Second
+
 func benchPaths(parent string, n int) ([]string, error) {
 	var out []string
 	for i := range n {
@@ -311,11 +315,13 @@ func (g *guest) scale(d *daemon) error {
 			return err
 		}
 	}
-	// At rest with everything managed: the periodic work (resync, drift).
+	// At rest with everything managed: the periodic work (resync, drift),
+	// once the load's tail (the collector returning its heap) is over.
 	managed, err := d.client.Containers(context.Background())
 	if err != nil {
 		return err
 	}
+	time.Sleep(settle)
 	a, _ := sample(d.pid())
 	time.Sleep(g.cfg.rest)
 	b, _ := sample(d.pid())
