@@ -100,6 +100,7 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 			// Drift checks read only what was written since; a full read
 			// every six intervals catches what the hook cannot see.
 			agentOpts = append(agentOpts, agent.WithDriftWrites(b, 6*s.driftEvery))
+			capCfg.Drift.Writes, capCfg.Drift.Sweep = b, 6*s.driftEvery
 			log.Info("drift checks follow the kernel's limit writes", "sweep", 6*s.driftEvery)
 		}
 	}

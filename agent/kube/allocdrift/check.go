@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/resizer/resize-agent/agent/kube/podcgroup"
+	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup/spec"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -93,6 +94,20 @@ type Options struct {
 	// daemon logs it).
 	OnFinding func(Finding)
 	Now       func() time.Time
+	// Writes, when set, names the last write to a cgroup's limit files
+	// (pressure.BPF, where the eBPF hook is attached): a cgroup found
+	// holding its expected values is not read again while nothing has
+	// written it and its expected values stay, except every Sweep
+	// (default a minute), for the writes the hook cannot see. Reading
+	// every container every interval is the agent's cost at rest.
+	Writes LimitWrites
+	Sweep  time.Duration
+}
+
+// LimitWrites names the last write to a cgroup's cpu.max, cpu.weight or
+// memory.max (pressure.BPF).
+type LimitWrites interface {
+	LimitWriteMark(cgroupPath string) (pressure.WriteMark, bool)
 }
 
 // Finding is one drift acted on.
@@ -117,6 +132,18 @@ type Checker struct {
 	mu    sync.Mutex
 	state map[string]*drift // by runtime container ID
 	paths map[string]string // cgroup path by runtime container ID
+	// clean is, by state key, the last read that found a cgroup holding
+	// its expected values (Options.Writes); swept the last check that read
+	// everything.
+	clean map[string]cleanRead
+	swept time.Time
+}
+
+// cleanRead is what a skipped read must have in common with the last clean
+// one: the expected values and the cgroup's write mark.
+type cleanRead struct {
+	want string
+	mark pressure.WriteMark
 }
 
 type drift struct {
@@ -153,13 +180,19 @@ func New(pods func() []*corev1.Pod, rt Runtime, cg Cgroups, opts Options) (*Chec
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Checker{pods: pods, rt: rt, cg: cg, opts: opts, state: map[string]*drift{}, paths: map[string]string{}}, nil
+	if opts.Sweep <= 0 {
+		opts.Sweep = time.Minute
+	}
+	return &Checker{pods: pods, rt: rt, cg: cg, opts: opts, state: map[string]*drift{}, paths: map[string]string{}, clean: map[string]cleanRead{}}, nil
 }
 
 // Result sums up one Check.
 type Result struct {
-	Checked  int       // containers whose files were compared
-	Pods     int       // pod cgroups whose files were compared
+	Checked int // containers whose files were compared
+	Pods    int // pod cgroups whose files were compared
+	// Skipped counts the cgroups not read again: clean at their last read,
+	// not written since, and expected to hold the same (Options.Writes).
+	Skipped  int
 	Drifted  int       // cgroups that differ now (confirmed or not)
 	Findings []Finding // drifts acted on in this check
 	// Recheck: a difference waits for its confirmation; look again after
@@ -298,6 +331,12 @@ func (c *Checker) Check(ctx context.Context) Result {
 		return res
 	}
 	now := c.opts.Now()
+	c.mu.Lock()
+	sweep := c.opts.Writes == nil || now.Sub(c.swept) >= c.opts.Sweep
+	if sweep {
+		c.swept = now
+	}
+	c.mu.Unlock()
 	seen := map[string]bool{}
 	podPaths := map[types.UID]string{}
 	var pods []*corev1.Pod
@@ -315,29 +354,44 @@ func (c *Checker) Check(ctx context.Context) Result {
 				pods = append(pods, t.pod)
 			}
 		}
+		want := Expected(t.res, c.opts.Period)
+		r, skip := c.unwritten(t.id, path, want, t.altWeight, sweep)
+		if skip {
+			seen[t.id] = true
+			res.Skipped++
+			continue
+		}
 		st, err := c.cg.Read(path)
 		if err != nil {
 			continue
 		}
 		seen[t.id] = true
 		res.Checked++
-		c.judge(ctx, now, &res, subject{key: t.id, pod: t.pod, container: t.name, id: t.id, path: path, st: st,
-			want: Expected(t.res, c.opts.Period), altWeight: t.altWeight, restore: c.restoreContainer(t)})
+		clean := c.judge(ctx, now, &res, subject{key: t.id, pod: t.pod, container: t.name, id: t.id, path: path, st: st,
+			want: want, altWeight: t.altWeight, restore: c.restoreContainer(t)})
+		c.keep(t.id, r, clean)
 	}
 	for _, p := range pods { // settled, as targets
 		if ctx.Err() != nil {
 			break
 		}
 		path := podPaths[p.UID]
+		key := "pod/" + string(p.UID)
+		want := c.stored(path, PodExpected(p, c.opts.Period))
+		r, skip := c.unwritten(key, path, want, 0, sweep)
+		if skip {
+			seen[key] = true
+			res.Skipped++
+			continue
+		}
 		st, err := c.cg.Read(path)
 		if err != nil {
 			continue
 		}
-		key := "pod/" + string(p.UID)
 		seen[key] = true
 		res.Pods++
-		want := c.stored(path, PodExpected(p, c.opts.Period))
-		c.judge(ctx, now, &res, subject{key: key, pod: p, path: path, st: st, want: want, restore: c.restorePod(path, st, want)})
+		clean := c.judge(ctx, now, &res, subject{key: key, pod: p, path: path, st: st, want: want, restore: c.restorePod(path, st, want)})
+		c.keep(key, r, clean)
 	}
 	c.mu.Lock()
 	for id := range c.state {
@@ -350,14 +404,55 @@ func (c *Checker) Check(ctx context.Context) Result {
 			delete(c.paths, id)
 		}
 	}
+	for key := range c.clean {
+		if !seen[key] {
+			delete(c.clean, key)
+		}
+	}
 	c.mu.Unlock()
 	return res
 }
 
+// unwritten takes the write mark of the cgroup at path (before its files
+// are read) and says whether the read can be skipped: not a sweep, and the
+// cgroup clean at its last read with the same expected values and mark.
+// r is what keep records when this read finds it clean; ok false: no mark.
+func (c *Checker) unwritten(key, path string, want spec.Resources, alt uint64, sweep bool) (r *cleanRead, skip bool) {
+	if c.opts.Writes == nil {
+		return nil, false
+	}
+	m, ok := c.opts.Writes.LimitWriteMark(path)
+	if !ok {
+		return nil, false
+	}
+	var b strings.Builder
+	for _, v := range want.Values() {
+		b.WriteString(v.File + "=" + v.Data + ";")
+	}
+	fmt.Fprintf(&b, "alt=%d", alt)
+	r = &cleanRead{want: b.String(), mark: m}
+	c.mu.Lock()
+	last, had := c.clean[key]
+	c.mu.Unlock()
+	return r, !sweep && had && last == *r
+}
+
+// keep records a clean read r of key, or forgets the last one.
+func (c *Checker) keep(key string, r *cleanRead, clean bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r != nil && clean {
+		c.clean[key] = *r
+	} else {
+		delete(c.clean, key)
+	}
+}
+
 // judge compares s's files with what the kubelet wrote and, once a
 // difference has lasted the confirmation delay, acts on it (once per
-// difference; restores bounded per window).
-func (c *Checker) judge(ctx context.Context, now time.Time, res *Result, s subject) {
+// difference; restores bounded per window). It reports whether the files
+// held the values.
+func (c *Checker) judge(ctx context.Context, now time.Time, res *Result, s subject) bool {
 	files := Differ(s.st, s.want, c.cg.PageSize())
 	if s.altWeight != 0 && s.st.CPUWeight == s.altWeight {
 		files = slices.DeleteFunc(files, func(f File) bool { return f.File == spec.FileCPUWeight })
@@ -378,7 +473,7 @@ func (c *Checker) judge(ctx context.Context, now time.Time, res *Result, s subje
 			d.sig, d.acted = "", false // the restores stay counted
 		}
 		c.mu.Unlock()
-		return
+		return true
 	}
 	res.Drifted++
 	sig := signature(s.want, files)
@@ -391,12 +486,12 @@ func (c *Checker) judge(ctx context.Context, now time.Time, res *Result, s subje
 	}
 	if d.acted {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	if now.Sub(d.first) < c.opts.Confirm {
 		res.Recheck = true
 		c.mu.Unlock()
-		return
+		return false
 	}
 	f := Finding{Pod: types.NamespacedName{Namespace: s.pod.Namespace, Name: s.pod.Name}, Container: s.container, ID: s.id,
 		Cgroup: s.path, Files: files, FirstSeen: d.first}
@@ -443,6 +538,7 @@ func (c *Checker) judge(ctx context.Context, now time.Time, res *Result, s subje
 	f.Action = action
 	c.act(s.pod, f)
 	res.Findings = append(res.Findings, f)
+	return false
 }
 
 // restoreContainer writes the kubelet's values back through the runtime

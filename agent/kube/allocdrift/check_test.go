@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/resizer/resize-agent/agent/kube/allocdrift"
+	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup/spec"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -153,15 +154,19 @@ type harness struct {
 	counts map[string]int
 }
 
-func newHarness(t *testing.T, policy allocdrift.Policy) *harness {
+func newHarness(t *testing.T, policy allocdrift.Policy, more ...func(*allocdrift.Options)) *harness {
 	h := &harness{node: &fakeNode{files: map[string]spec.State{}}, ev: &events{}, now: time.Unix(1e9, 0), counts: map[string]int{}}
 	h.pod = pod(oldRes, oldRes)
 	h.node.set(state(oldRes))
-	c, err := allocdrift.New(func() []*corev1.Pod { return []*corev1.Pod{h.pod} }, h.node, h.node, allocdrift.Options{
+	opts := allocdrift.Options{
 		Policy: policy, Confirm: 3 * time.Second, Recorder: h.ev,
 		Count: func(r, a string) { h.counts[r+"/"+a]++ },
 		Now:   func() time.Time { return h.now },
-	})
+	}
+	for _, f := range more {
+		f(&opts)
+	}
+	c, err := allocdrift.New(func() []*corev1.Pod { return []*corev1.Pod{h.pod} }, h.node, h.node, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,5 +304,80 @@ func TestParsePolicy(t *testing.T) {
 		if _, err := allocdrift.ParsePolicy(s); err == nil {
 			t.Errorf("%q accepted", s)
 		}
+	}
+}
+
+// marks is a LimitWrites the test moves as the kernel hook would.
+type marks struct {
+	mu sync.Mutex
+	m  map[string]pressure.WriteMark
+}
+
+func (w *marks) LimitWriteMark(p string) (pressure.WriteMark, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m, ok := w.m[p]
+	return m, ok
+}
+
+func (w *marks) write(p string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.m[p]
+	m.Stamp++
+	w.m[p] = m
+}
+
+// With the kernel's write marks, a clean container is read again when its
+// cgroup was written or the kubelet's values for it changed, and at every
+// sweep; a write the hook misses waits for the sweep.
+func TestFollowsWrites(t *testing.T) {
+	w := &marks{m: map[string]pressure.WriteMark{"/kubepods/c1": {Cgroup: 7}}}
+	h := newHarness(t, "", func(o *allocdrift.Options) { o.Writes, o.Sweep = w, time.Minute })
+	if r := h.check(0); r.Checked != 1 || r.Skipped != 0 {
+		t.Fatalf("first check: %+v, want a read", r)
+	}
+	if r := h.check(10 * time.Second); r.Checked != 0 || r.Skipped != 1 {
+		t.Fatalf("nothing written: %+v, want skipped", r)
+	}
+	// A stray write the hook sees: read, confirmed, reported.
+	st := state(oldRes)
+	st.CPUMax = spec.CPUMax{Quota: 20000, Period: 100000}
+	h.node.set(st)
+	w.write("/kubepods/c1")
+	if r := h.check(time.Second); r.Checked != 1 || r.Drifted != 1 {
+		t.Fatalf("after a write: %+v, want read and drifted", r)
+	}
+	if r := h.check(3 * time.Second); r.Checked != 1 || len(r.Findings) != 1 {
+		t.Fatalf("confirmation: %+v, want read (drifted is never skipped) and reported", r)
+	}
+	h.node.set(state(oldRes))
+	w.write("/kubepods/c1")
+	if r := h.check(time.Second); r.Checked != 1 || r.Drifted != 0 {
+		t.Fatalf("put back: %+v", r)
+	}
+	if r := h.check(10 * time.Second); r.Skipped != 1 {
+		t.Fatalf("clean again: %+v, want skipped", r)
+	}
+	// The kubelet's resize: new expected values, read even before the
+	// mark moves (a status the agent sees before the write's mark).
+	h.pod = pod(newRes, newRes)
+	if r := h.check(time.Second); r.Checked != 1 || r.Drifted != 1 {
+		t.Fatalf("new allocation, files not yet written: %+v, want read, differing", r)
+	}
+	h.node.set(state(newRes))
+	w.write("/kubepods/c1")
+	if r := h.check(time.Second); r.Checked != 1 || r.Drifted != 0 {
+		t.Fatalf("kubelet wrote: %+v", r)
+	}
+	// A write the hook misses (cpu.weight.nice): seen at the sweep only.
+	st = state(newRes)
+	st.CPUWeight = 1
+	h.node.set(st)
+	if r := h.check(10 * time.Second); r.Skipped != 1 || r.Drifted != 0 {
+		t.Fatalf("unseen write before the sweep: %+v, want skipped", r)
+	}
+	if r := h.check(time.Minute); r.Checked != 1 || r.Drifted != 1 {
+		t.Fatalf("sweep: %+v, want read and drifted", r)
 	}
 }
