@@ -22,7 +22,6 @@ import (
 	"github.com/resizer/resize-agent/agent/agenttest"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/metrics"
-	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 	"github.com/resizer/resize-agent/cri"
@@ -654,35 +653,11 @@ func TestDriftPodWithUnmanagedContainer(t *testing.T) {
 	}
 }
 
-// writeMarks is a LimitWrites that the test moves as the kernel hook
-// would on a write; unknown paths have no mark.
-type writeMarks struct {
-	mu    sync.Mutex
-	marks map[string]pressure.WriteMark
-	calls int
-}
-
-func (w *writeMarks) LimitWriteMark(p string) (pressure.WriteMark, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.calls++
-	m, ok := w.marks[p]
-	return m, ok
-}
-
-func (w *writeMarks) write(p string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	m := w.marks[p]
-	m.Stamp++
-	w.marks[p] = m
-}
-
 // With the kernel's limit-write marks, a clean container is read again
 // only when something wrote its files, or at the sweep; a write the hook
 // does not see is caught at the sweep.
 func TestDriftFollowsWrites(t *testing.T) {
-	w := &writeMarks{marks: map[string]pressure.WriteMark{"/a": {Cgroup: 1}, "/b": {Cgroup: 2}}}
+	w := agenttest.NewWriteMarks("/a", "/b")
 	f := newDriftFixture(t, bigNode, []agent.Option{agent.WithDriftWrites(w, time.Minute)}, "/a", "/b", "/c")
 	var mu sync.Mutex
 	reads := map[string]int{}
@@ -721,13 +696,13 @@ func TestDriftFollowsWrites(t *testing.T) {
 
 	// A stray write the hook sees: read, found, restored.
 	cgrouptest.SetFile(t, f.root, "/a", "cpu.max", "max 100000")
-	w.write("/a")
+	w.Write("/a")
 	f.clk.Add(10 * time.Second)
 	check(2, 1)
 	if got := cgrouptest.ReadFile(t, f.root, "/a", "cpu.max"); got != "100000 100000" {
 		t.Errorf("/a cpu.max after the check: %q, want restored", got)
 	}
-	w.write("/a") // the restore's own write
+	w.Write("/a") // the restore's own write
 	f.clk.Add(10 * time.Second)
 	check(2, 1) // the restore verified
 	f.clk.Add(10 * time.Second)

@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/resizer/resize-agent/agent/agenttest"
 	"github.com/resizer/resize-agent/agent/kube/allocdrift"
-	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup/spec"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -307,32 +307,11 @@ func TestParsePolicy(t *testing.T) {
 	}
 }
 
-// marks is a LimitWrites the test moves as the kernel hook would.
-type marks struct {
-	mu sync.Mutex
-	m  map[string]pressure.WriteMark
-}
-
-func (w *marks) LimitWriteMark(p string) (pressure.WriteMark, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	m, ok := w.m[p]
-	return m, ok
-}
-
-func (w *marks) write(p string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	m := w.m[p]
-	m.Stamp++
-	w.m[p] = m
-}
-
 // With the kernel's write marks, a clean container is read again when its
 // cgroup was written or the kubelet's values for it changed, and at every
 // sweep; a write the hook misses waits for the sweep.
 func TestFollowsWrites(t *testing.T) {
-	w := &marks{m: map[string]pressure.WriteMark{"/kubepods/c1": {Cgroup: 7}}}
+	w := agenttest.NewWriteMarks("/kubepods/c1")
 	h := newHarness(t, "", func(o *allocdrift.Options) { o.Writes, o.Sweep = w, time.Minute })
 	if r := h.check(0); r.Checked != 1 || r.Skipped != 0 {
 		t.Fatalf("first check: %+v, want a read", r)
@@ -344,7 +323,7 @@ func TestFollowsWrites(t *testing.T) {
 	st := state(oldRes)
 	st.CPUMax = spec.CPUMax{Quota: 20000, Period: 100000}
 	h.node.set(st)
-	w.write("/kubepods/c1")
+	w.Write("/kubepods/c1")
 	if r := h.check(time.Second); r.Checked != 1 || r.Drifted != 1 {
 		t.Fatalf("after a write: %+v, want read and drifted", r)
 	}
@@ -352,7 +331,7 @@ func TestFollowsWrites(t *testing.T) {
 		t.Fatalf("confirmation: %+v, want read (drifted is never skipped) and reported", r)
 	}
 	h.node.set(state(oldRes))
-	w.write("/kubepods/c1")
+	w.Write("/kubepods/c1")
 	if r := h.check(time.Second); r.Checked != 1 || r.Drifted != 0 {
 		t.Fatalf("put back: %+v", r)
 	}
@@ -366,7 +345,7 @@ func TestFollowsWrites(t *testing.T) {
 		t.Fatalf("new allocation, files not yet written: %+v, want read, differing", r)
 	}
 	h.node.set(state(newRes))
-	w.write("/kubepods/c1")
+	w.Write("/kubepods/c1")
 	if r := h.check(time.Second); r.Checked != 1 || r.Drifted != 0 {
 		t.Fatalf("kubelet wrote: %+v", r)
 	}
