@@ -91,6 +91,9 @@ type procSample struct {
 	cpuTicks int64 // utime + stime, in clock ticks
 	rssKiB   int64
 	hwmKiB   int64
+	// VmRSS splits into anonymous memory (the heap, stacks: what the agent
+	// holds) and file pages (the mapped binary, shared and reclaimable).
+	anonKiB, fileKiB int64
 }
 
 // clockTicks is USER_HZ, 100 on every Linux architecture the agent runs on.
@@ -128,6 +131,10 @@ func sample(pid int) (procSample, error) {
 			s.rssKiB = n
 		case "VmHWM":
 			s.hwmKiB = n
+		case "RssAnon":
+			s.anonKiB = n
+		case "RssFile":
+			s.fileKiB = n
 		}
 	}
 	return s, sc.Err()

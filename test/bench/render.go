@@ -128,14 +128,14 @@ func markdown(r Results, c renderConfig) (string, error) {
 		}
 	}
 	if len(r.Cost) > 0 {
-		w.WriteString("\n**The agent's own cost** (`/proc/<pid>/stat` utime+stime over the interval, `/proc/<pid>/status` VmRSS and VmHWM at its end; CPU in percent of the one vCPU). eBPF cost in the kernel (the sched_switch and reclaim programs) falls on the tasks being scheduled, not on the agent, and shows in the latency rows instead.\n\n")
-		w.WriteString("| eBPF | interval | managed | s | agent CPU | CPU ms per resize | RSS MiB | peak RSS MiB |\n|---|---|--:|--:|--:|--:|--:|--:|\n")
+		w.WriteString("\n**The agent's own cost** (`/proc/<pid>/stat` utime+stime over the interval, `/proc/<pid>/status` VmRSS, split into RssAnon (heap and stacks) and RssFile (the mapped binary's pages, shared and reclaimable), and VmHWM at its end; CPU in percent of the one vCPU). eBPF cost in the kernel (the sched_switch and reclaim programs) falls on the tasks being scheduled, not on the agent, and shows in the latency rows instead.\n\n")
+		w.WriteString("| eBPF | interval | managed | s | agent CPU | CPU ms per resize | RSS MiB | anon MiB | file MiB | peak RSS MiB |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, x := range r.Cost {
 			per := "-"
 			if x.Resizes > 0 {
 				per = f1(x.CPUPerOpMs)
 			}
-			fmt.Fprintf(&w, "| %s | %s | %d | %.0f | %.1f%% | %s | %.1f | %.1f |\n", x.BPF, x.Phase, x.Managed, x.Seconds, x.CPUPercent, per, float64(x.RSSKiB)/1024, float64(x.HWMKiB)/1024)
+			fmt.Fprintf(&w, "| %s | %s | %d | %.0f | %.1f%% | %s | %.1f | %s | %s | %.1f |\n", x.BPF, x.Phase, x.Managed, x.Seconds, x.CPUPercent, per, float64(x.RSSKiB)/1024, mib(x.AnonKiB), mib(x.FileKiB), float64(x.HWMKiB)/1024)
 		}
 	}
 	if len(r.Phases) > 0 {
@@ -253,4 +253,12 @@ func microRows(b []byte) []microRow {
 		out = append(out, microRow{k.pkg, k.name, med(v[0], true), med(v[1], false), med(v[2], false)})
 	}
 	return out
+}
+
+// mib is KiB in MiB, "-" for a result file from before the split.
+func mib(kib int64) string {
+	if kib == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", float64(kib)/1024)
 }

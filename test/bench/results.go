@@ -102,6 +102,8 @@ type CostRow struct {
 	CPUPercent float64 `json:"cpuPercent"` // of one CPU
 	RSSKiB     int64   `json:"rssKiB"`
 	HWMKiB     int64   `json:"hwmKiB"`
+	AnonKiB    int64   `json:"anonKiB,omitempty"`
+	FileKiB    int64   `json:"fileKiB,omitempty"`
 	Resizes    int     `json:"resizes"`
 	CPUPerOpMs float64 `json:"cpuPerResizeMs,omitempty"`
 }
