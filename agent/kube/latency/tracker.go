@@ -556,8 +556,8 @@ type round struct {
 
 // beforeRead is the reading that ends a resize's window before; from is
 // where that window starts. born is when the container started, when that
-// is within the window: with no reading of its own yet (a resize within a
-// sampling period of the start), the window before runs from there.
+// is at most two windows back: with no reading of its own yet (a resize
+// soon after the start), the window before runs from there.
 type beforeRead struct {
 	r    *resize
 	name string
@@ -672,7 +672,10 @@ func (t *Tracker) planBefore(r *resize, now time.Time) []beforeRead {
 			continue
 		}
 		b := beforeRead{r: r, name: name, g: r.pod.rings[name], path: loc.path, from: from}
-		if at := r.pod.started[name]; !at.IsZero() && !at.Before(from) && !at.After(now) {
+		// Up to two windows old: a pod's first sampling can come late on
+		// a starved node (CI saw a pod resized right after it was Ready,
+		// about 33 s after its start, with no reading yet).
+		if at := r.pod.started[name]; !at.IsZero() && !at.Before(now.Add(-2*t.opts.Window)) && !at.After(now) {
 			b.born = at
 		}
 		if b.g == nil {
