@@ -39,6 +39,22 @@ type recorder struct {
 }
 
 func (r *recorder) Write(p string, res cgroup.Resources) error {
+	if err := r.record(p, res); err != nil {
+		return err
+	}
+	return r.Manager.Write(p, res)
+}
+
+// WriteFrom is the actuator's write (after its own read): recorded, failed
+// and blocked as Write is.
+func (r *recorder) WriteFrom(p string, res cgroup.Resources, cur cgroup.State) error {
+	if err := r.record(p, res); err != nil {
+		return err
+	}
+	return r.Manager.WriteFrom(p, res, cur)
+}
+
+func (r *recorder) record(p string, res cgroup.Resources) error {
 	if r.block != nil {
 		r.blocked.Add(1)
 		<-r.block
@@ -50,11 +66,9 @@ func (r *recorder) Write(p string, res cgroup.Resources) error {
 	f := r.fail
 	r.mu.Unlock()
 	if f != nil {
-		if err := f(p, res); err != nil {
-			return err
-		}
+		return f(p, res)
 	}
-	return r.Manager.Write(p, res)
+	return nil
 }
 
 func (r *recorder) Writes() []string {

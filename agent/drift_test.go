@@ -27,8 +27,9 @@ import (
 	"github.com/resizer/resize-agent/cri"
 )
 
-// hookCgroups calls onRead before each Read: to act in the window between
-// the drift check's read and its decision.
+// hookCgroups calls onRead before each read (Read, and the actuator's
+// ReadFiles): to act in the window between the drift check's read and its
+// decision.
 type hookCgroups struct {
 	*recorder
 	mu     sync.Mutex
@@ -43,6 +44,16 @@ func (h *hookCgroups) Read(p string) (cgroup.State, error) {
 		f(p)
 	}
 	return h.recorder.Read(p)
+}
+
+func (h *hookCgroups) ReadFiles(p string, files ...string) (cgroup.State, error) {
+	h.mu.Lock()
+	f := h.onRead
+	h.mu.Unlock()
+	if f != nil {
+		f(p)
+	}
+	return h.recorder.ReadFiles(p, files...)
 }
 
 // clock is a settable time.Now.

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 )
 
@@ -206,6 +205,25 @@ func (m *Manager) Read(p string) (State, error) {
 	return m.read(d)
 }
 
+// ReadFiles is Read of the named files only (FileCPUMax, FileCPUWeight,
+// FileMemoryMax, FileMemoryCurrent); the fields of the others stay zero. A
+// resize reads what it is about to change and no more: each file is three
+// system calls, and under TCG they were most of a resize's own time
+// (issue 16).
+func (m *Manager) ReadFiles(p string, files ...string) (State, error) {
+	_, d, err := m.dir(p)
+	if err != nil {
+		return State{}, err
+	}
+	var s State
+	for _, f := range files {
+		if err := readInto(d, f, &s); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
 // The library has no reader for these single files (its Stat reads every
 // controller's statistics), so they are read by hand.
 func (m *Manager) read(d string) (State, error) {
@@ -287,13 +305,28 @@ func readSmall(p string) (string, error) {
 	}
 }
 
-// Write writes r to the cgroup p through containerd/cgroups, reads every file
+// Write writes r to the cgroup p (writeOne), reads every file
 // back and checks it. If a write or a check fails, the files already written
 // by this call are restored to what they held before, and the error (a
 // *WriteError for the kernel's refusal, or ErrVerify) is returned. Under the
 // systemd driver (WithDriver), a cgroup that is a systemd unit gets r as unit
 // properties instead, so that systemd keeps them (see writeUnit).
 func (m *Manager) Write(p string, r Resources) error {
+	return m.write(p, r, nil)
+}
+
+// WriteFrom is Write for a caller that has just read p's files (Read or
+// ReadFiles of at least the files r writes): what they hold is taken from
+// cur instead of being read again before each write, for the check that a
+// file already holds its value and for the restore of a failed write. The
+// agent is the only writer of the files of a resize in progress; one
+// that changed a file in between is caught by the read-back, and the
+// restore puts back what cur says.
+func (m *Manager) WriteFrom(p string, r Resources, cur State) error {
+	return m.write(p, r, &cur)
+}
+
+func (m *Manager) write(p string, r Resources, cur *State) error {
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidValue, err)
 	}
@@ -304,14 +337,12 @@ func (m *Manager) Write(p string, r Resources) error {
 	if unit, ok := m.systemdUnit(clean); ok {
 		return m.writeUnit(clean, d, unit, r)
 	}
-	lib, err := cgroup2.Load(clean, cgroup2.WithMountpoint(m.mountpoint))
-	if err != nil {
-		return fmt.Errorf("load cgroup %s: %w", clean, err)
-	}
 	var done []Value // previous contents of the files written so far
 	for _, v := range r.Values() {
-		old, err := readFile(d, v.File)
-		if err != nil {
+		var old string
+		if cur != nil {
+			old = cur.Resources().Only(v.File).Values()[0].Data
+		} else if old, err = readFile(d, v.File); err != nil {
 			return errors.Join(err, m.restore(clean, d, done))
 		}
 		if old == v.Data && m.failWrite == nil {
@@ -321,7 +352,7 @@ func (m *Manager) Write(p string, r Resources) error {
 			err = m.failWrite(v.File)
 		}
 		if err == nil {
-			err = writeOne(lib, clean, d, r, v)
+			err = writeOne(clean, d, v)
 		}
 		if err == nil {
 			err = m.verify(clean, d, v.File, r.Only(v.File))
@@ -337,21 +368,49 @@ func (m *Manager) Write(p string, r Resources) error {
 // ErrInvalidValue is returned by Write for a value the kernel would refuse.
 var ErrInvalidValue = errors.New("invalid cgroup value")
 
-func writeOne(lib *cgroup2.Manager, clean, dir string, r Resources, v Value) error {
-	var err error
-	if lr := libResources(r, v.File); lr != nil {
-		err = lib.Update(lr)
-	} else {
-		err = os.WriteFile(filepath.Join(dir, v.File), []byte(v.Data), 0)
-	}
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err // the errno; the path is in the WriteError
-		}
+// writeOne writes one file's text with open, write and close alone.
+// containerd/cgroups' Update writes the same text (the values are the
+// kubelet's and runc's conversions, computed in spec), but through
+// os.WriteFile, which opens with O_CREAT|O_TRUNC and registers the file
+// with the runtime's poller and unregisters it at close: five system calls
+// where three do, on the path of every resize (issue 16).
+func writeOne(clean, dir string, v Value) error {
+	if err := writeSmall(filepath.Join(dir, v.File), v.Data); err != nil {
 		return &WriteError{Path: clean, File: v.File, Value: v.Data, Err: err}
 	}
 	return nil
+}
+
+// writeSmall writes data to the existing file p in one write. It returns
+// the errno, as the kernel refused the open or the write. O_TRUNC is what a
+// shell's redirection asks too: cgroupfs ignores it, and the regular files
+// of a test's fake tree need it.
+func writeSmall(p, data string) error {
+	var fd int
+	var err error
+	for {
+		if fd, err = unix.Open(p, unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0); err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	b := []byte(data)
+	for {
+		n, err := unix.Write(fd, b)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return err
+		case n < len(b):
+			// cgroupfs takes a value in one write or refuses it.
+			return unix.EIO
+		}
+		return nil
+	}
 }
 
 // verify reads back the one file just written.

@@ -214,3 +214,56 @@ func TestCheckFake(t *testing.T) {
 		t.Errorf("Check() on a tmp dir = %v, want ErrNotCgroup2", err)
 	}
 }
+
+// ReadFiles reads the named files only, and WriteFrom takes what they hold
+// from its caller's read: it writes what differs, verifies it, and on a
+// failure restores what the read said.
+func TestReadFilesWriteFrom(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/c")
+	m := cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())
+	cgrouptest.SetFile(t, root, "/c", "memory.current", "4096")
+	cgrouptest.SetFile(t, root, "/c", "cpu.stat", "usage_usec 0")
+	cur, err := m.ReadFiles("/c", cgroup.FileCPUMax, cgroup.FileCPUWeight)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.CPUWeight != 100 || cur.CPUMax.Quota != cgroup.Unlimited || cur.MemoryCurrent != 0 || cur.MemoryMax != 0 {
+		t.Fatalf("ReadFiles(cpu.max, cpu.weight) = %+v: want the CPU files only", cur)
+	}
+	if _, err := m.ReadFiles("/c", "cpu.stat"); !errors.Is(err, cgroup.ErrParse) {
+		t.Errorf("ReadFiles(cpu.stat) error = %v, want ErrParse", err)
+	}
+
+	want := cgroup.Resources{CPUWeight: ptr(uint64(100)), CPUMax: &cgroup.CPUMax{Quota: 20000, Period: 100000}}
+	if err := m.WriteFrom("/c", want, cur); err != nil {
+		t.Fatal(err)
+	}
+	if got := cgrouptest.ReadFile(t, root, "/c", "cpu.max"); got != "20000 100000" {
+		t.Errorf("cpu.max = %q", got)
+	}
+
+	// A write that fails puts back what cur says the files held.
+	cur, err = m.ReadFiles("/c", cgroup.FileCPUMax, cgroup.FileCPUWeight, cgroup.FileMemoryMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgroup.SetFailWrite(m, func(file string) error {
+		if file == "memory.max" {
+			return &cgroup.WriteError{Path: "/c", File: file, Err: syscall.EBUSY}
+		}
+		return nil
+	})
+	err = m.WriteFrom("/c", cgroup.Resources{
+		CPUWeight: ptr(uint64(500)),
+		CPUMax:    &cgroup.CPUMax{Quota: 50000, Period: 100000},
+		MemoryMax: ptr(int64(1 << 20)),
+	}, cur)
+	if !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("WriteFrom error = %v, want EBUSY", err)
+	}
+	for f, want := range map[string]string{"cpu.weight": "100", "cpu.max": "20000 100000", "memory.max": "max"} {
+		if got := cgrouptest.ReadFile(t, root, "/c", f); got != want {
+			t.Errorf("%s = %q after rollback, want %q", f, got, want)
+		}
+	}
+}

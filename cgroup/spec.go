@@ -1,8 +1,6 @@
 package cgroup
 
 import (
-	"github.com/containerd/cgroups/v3/cgroup2"
-
 	"github.com/resizer/resize-agent/cgroup/spec"
 )
 
@@ -60,25 +58,3 @@ func ParseCPUMax(s string) (CPUMax, error) { return spec.ParseCPUMax(s) }
 func formatMax(v int64) string          { return spec.FormatMax(v) }
 func parseMax(s string) (int64, error)  { return spec.ParseMax(s) }
 func pageAlign(v, pageSize int64) int64 { return spec.PageAlign(v, pageSize) }
-
-// libResources turns one Value into the containerd/cgroups form that writes
-// it. It returns nil for memory.max = "max": cgroup2.Memory.Max is an int64
-// and has no way to say "max", so that one value is written by hand.
-func libResources(r Resources, file string) *cgroup2.Resources {
-	switch file {
-	case FileCPUWeight:
-		return &cgroup2.Resources{CPU: &cgroup2.CPU{Weight: r.CPUWeight}}
-	case FileCPUMax:
-		var quota *int64
-		if r.CPUMax.Quota != Unlimited {
-			quota = &r.CPUMax.Quota
-		}
-		return &cgroup2.Resources{CPU: &cgroup2.CPU{Max: cgroup2.NewCPUMax(quota, &r.CPUMax.Period)}}
-	case FileMemoryMax:
-		if *r.MemoryMax == Unlimited {
-			return nil
-		}
-		return &cgroup2.Resources{Memory: &cgroup2.Memory{Max: r.MemoryMax}}
-	}
-	return nil
-}

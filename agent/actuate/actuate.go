@@ -23,6 +23,16 @@ type Cgroups interface {
 	PageSize() int64
 }
 
+// narrowCgroups is what *cgroup.Manager offers beyond Cgroups: reads of
+// the files a resize changes only, and writes that take what the files
+// hold from the read just made. Each file is three system calls, and under
+// TCG they were most of a resize's own time (issue 16); a Cgroups without
+// them is read and written whole.
+type narrowCgroups interface {
+	ReadFiles(path string, files ...string) (cgroup.State, error)
+	WriteFrom(path string, r cgroup.Resources, cur cgroup.State) error
+}
+
 // Runtime is what a resize needs of the container runtime; *cri.Client
 // implements it, and the optional podLister.
 type Runtime interface {
@@ -169,9 +179,9 @@ func (j *job) write() (out Result) {
 	var err error
 	failedPath := j.ctr.path
 	timed(&j.took.Verify, func() {
-		if j.ctr.cur, err = x.Cgroups.Read(j.ctr.path); err == nil && j.pod != nil {
+		if j.ctr.cur, err = x.read(j.ctr.path, j.ctr.want); err == nil && j.pod != nil {
 			failedPath = j.pod.path
-			j.pod.cur, err = x.Cgroups.Read(j.pod.path)
+			j.pod.cur, err = x.read(j.pod.path, j.pod.want)
 		}
 	})
 	if err != nil {
@@ -249,7 +259,7 @@ func (j *job) write() (out Result) {
 func (j *job) writeStep(s step) (how, note string, err error) {
 	x := j.x
 	if !s.container || j.RuntimeID == "" {
-		timed(&j.took.Verify, func() { err = x.Cgroups.Write(s.path, s.resource) })
+		timed(&j.took.Verify, func() { err = x.writeFrom(s.path, s.resource, j.curOf(s.path)) })
 		x.countWrite(s.resource, err)
 		return "cgroup", "", err
 	}
@@ -271,7 +281,7 @@ func (j *job) writeStep(s step) (how, note string, err error) {
 	default:
 		var st cgroup.State
 		var rerr error
-		timed(&j.took.Verify, func() { st, rerr = x.Cgroups.Read(s.path) })
+		timed(&j.took.Verify, func() { st, rerr = x.read(s.path, s.resource) })
 		if rerr != nil {
 			return "runtime", "", rerr
 		}
@@ -386,6 +396,45 @@ func (j *job) restart(steps []step) Result {
 	}
 	out.Message = fmt.Sprintf("container restarted as %s (restart count %d) with the new resources, verified on %s", ct.ID, ct.RestartCount, out.Cgroup)
 	return out
+}
+
+// read reads what the cgroup at path holds of the files want writes, and
+// its memory usage when want sets memory.max (a decrease below usage is
+// shrunk first: shrink.go).
+func (x *Actuator) read(path string, want cgroup.Resources) (cgroup.State, error) {
+	n, ok := x.Cgroups.(narrowCgroups)
+	if !ok {
+		return x.Cgroups.Read(path)
+	}
+	files := make([]string, 0, 4)
+	for _, v := range want.Values() {
+		files = append(files, v.File)
+	}
+	if want.MemoryMax != nil {
+		files = append(files, cgroup.FileMemoryCurrent)
+	}
+	return n.ReadFiles(path, files...)
+}
+
+// writeFrom writes r to the cgroup at path, whose files were read as cur
+// by this job (nil: not read, or changed since by another step).
+func (x *Actuator) writeFrom(path string, r cgroup.Resources, cur *cgroup.State) error {
+	if n, ok := x.Cgroups.(narrowCgroups); ok && cur != nil {
+		return n.WriteFrom(path, r, *cur)
+	}
+	return x.Cgroups.Write(path, r)
+}
+
+// curOf is what write read of the cgroup at path, the container's or its
+// pod's; nil for another.
+func (j *job) curOf(path string) *cgroup.State {
+	switch {
+	case path == j.ctr.path:
+		return &j.ctr.cur
+	case j.pod != nil && path == j.pod.path:
+		return &j.pod.cur
+	}
+	return nil
 }
 
 func readFailed(path string, err error) Result {
