@@ -245,7 +245,9 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 			}
 			p.podWant = p.podWantWith(a.act, p.members[0].Resources)
 		}
-		p.st, p.readErr = a.cg.Read(p.path)
+		// The files the agent set only: a sweep of 1,000 containers reads
+		// half as many files as with the whole State (issue 16).
+		p.st, p.readErr = a.act.ReadFor(p.path, p.want)
 		if p.readErr != nil {
 			continue // gone or unreadable: Resync and the exit watcher deal with it
 		}

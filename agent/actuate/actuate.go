@@ -179,9 +179,9 @@ func (j *job) write() (out Result) {
 	var err error
 	failedPath := j.ctr.path
 	timed(&j.took.Verify, func() {
-		if j.ctr.cur, err = x.read(j.ctr.path, j.ctr.want); err == nil && j.pod != nil {
+		if j.ctr.cur, err = x.ReadFor(j.ctr.path, j.ctr.want); err == nil && j.pod != nil {
 			failedPath = j.pod.path
-			j.pod.cur, err = x.read(j.pod.path, j.pod.want)
+			j.pod.cur, err = x.ReadFor(j.pod.path, j.pod.want)
 		}
 	})
 	if err != nil {
@@ -281,7 +281,7 @@ func (j *job) writeStep(s step) (how, note string, err error) {
 	default:
 		var st cgroup.State
 		var rerr error
-		timed(&j.took.Verify, func() { st, rerr = x.read(s.path, s.resource) })
+		timed(&j.took.Verify, func() { st, rerr = x.ReadFor(s.path, s.resource) })
 		if rerr != nil {
 			return "runtime", "", rerr
 		}
@@ -398,10 +398,10 @@ func (j *job) restart(steps []step) Result {
 	return out
 }
 
-// read reads what the cgroup at path holds of the files want writes, and
-// its memory usage when want sets memory.max (a decrease below usage is
-// shrunk first: shrink.go).
-func (x *Actuator) read(path string, want cgroup.Resources) (cgroup.State, error) {
+// ReadFor reads what the cgroup at path holds of the files want writes,
+// and its memory usage when want sets memory.max (a decrease below usage
+// is shrunk first: shrink.go); the other fields stay zero.
+func (x *Actuator) ReadFor(path string, want cgroup.Resources) (cgroup.State, error) {
 	n, ok := x.Cgroups.(narrowCgroups)
 	if !ok {
 		return x.Cgroups.Read(path)
