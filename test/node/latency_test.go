@@ -241,9 +241,16 @@ func TestLatency(t *testing.T) {
 		t.Errorf("accepted %.3fs, seenAt %v, acceptedAt %v", agentPh["accepted"], r.SeenAt, r.AcceptedAt)
 	}
 	host := func(at time.Time) float64 { return at.Add(-skew).Sub(t0).Seconds() }
-	// The watch lags the API server a little (on one vCPU with a busy loop
-	// beside it, by 2 s in an early run).
-	if s := host(r.SeenAt); s < -0.3 || s > 2 {
+	// The watch lags the API server on one vCPU with a busy loop beside it:
+	// by 2 s in an early run, 2.34 s on a cold CI machine (2026-12-06).
+	// The bound is there to catch a seenAt from the wrong clock or the
+	// wrong event (the status's, seconds later), not to time the watch:
+	// make bench does that.
+	last := r.SeenAt
+	if n := len(r.Phases); n > 0 {
+		last = r.Phases[n-1].At
+	}
+	if s := host(r.SeenAt); s < -0.3 || s > 5 || s > host(last) {
 		t.Errorf("the agent saw the change %.2fs after the patch was sent (host clock; the node's is %v ahead)", s, skew)
 	}
 	// The watcher reads app's files only, and the kubelet updates app and
