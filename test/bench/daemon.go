@@ -92,8 +92,10 @@ type procSample struct {
 	rssKiB   int64
 	hwmKiB   int64
 	// VmRSS splits into anonymous memory (the heap, stacks: what the agent
-	// holds) and file pages (the mapped binary, shared and reclaimable).
-	anonKiB, fileKiB int64
+	// holds), file pages and shared memory. The mapped binary's pages are
+	// file pages on a node's disk, but shmem in the VM, whose root is a
+	// tmpfs: there they are ~31 MiB of the RSS that are not the agent's.
+	anonKiB, fileKiB, shmemKiB int64
 }
 
 // clockTicks is USER_HZ, 100 on every Linux architecture the agent runs on.
@@ -135,6 +137,8 @@ func sample(pid int) (procSample, error) {
 			s.anonKiB = n
 		case "RssFile":
 			s.fileKiB = n
+		case "RssShmem":
+			s.shmemKiB = n
 		}
 	}
 	return s, sc.Err()

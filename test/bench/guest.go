@@ -332,7 +332,7 @@ func (g *guest) scale(d *daemon) error {
 
 func costRow(bpf, phase string, managed int, a, b procSample, resizes int) CostRow {
 	r := CostRow{BPF: bpf, Phase: phase, Managed: managed, Seconds: b.at.Sub(a.at).Seconds(),
-		CPUPercent: cpuPercent(a, b), RSSKiB: b.rssKiB, HWMKiB: b.hwmKiB, AnonKiB: b.anonKiB, FileKiB: b.fileKiB, Resizes: resizes}
+		CPUPercent: cpuPercent(a, b), RSSKiB: b.rssKiB, HWMKiB: b.hwmKiB, AnonKiB: b.anonKiB, FileKiB: b.fileKiB, ShmemKiB: b.shmemKiB, Resizes: resizes}
 	if resizes > 0 {
 		r.CPUPerOpMs = float64(b.cpuTicks-a.cpuTicks) / clockTicks * 1000 / float64(resizes)
 	}

@@ -128,14 +128,14 @@ func markdown(r Results, c renderConfig) (string, error) {
 		}
 	}
 	if len(r.Cost) > 0 {
-		w.WriteString("\n**The agent's own cost** (`/proc/<pid>/stat` utime+stime over the interval, `/proc/<pid>/status` VmRSS, split into RssAnon (heap and stacks) and RssFile (the mapped binary's pages, shared and reclaimable), and VmHWM at its end; CPU in percent of the one vCPU). eBPF cost in the kernel (the sched_switch and reclaim programs) falls on the tasks being scheduled, not on the agent, and shows in the latency rows instead.\n\n")
-		w.WriteString("| eBPF | interval | managed | s | agent CPU | CPU ms per resize | RSS MiB | anon MiB | file MiB | peak RSS MiB |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		w.WriteString("\n**The agent's own cost** (`/proc/<pid>/stat` utime+stime over the interval, `/proc/<pid>/status` VmRSS, split into RssAnon (heap and stacks: what the agent holds), RssFile and RssShmem (the mapped binary's pages: shmem here, where the guest's root is a tmpfs; file pages, shared and reclaimable, on a node's disk), and VmHWM at its end; CPU in percent of the one vCPU). eBPF cost in the kernel (the sched_switch and reclaim programs) falls on the tasks being scheduled, not on the agent, and shows in the latency rows instead.\n\n")
+		w.WriteString("| eBPF | interval | managed | s | agent CPU | CPU ms per resize | RSS MiB | anon MiB | file MiB | shmem MiB | peak RSS MiB |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, x := range r.Cost {
 			per := "-"
 			if x.Resizes > 0 {
 				per = f1(x.CPUPerOpMs)
 			}
-			fmt.Fprintf(&w, "| %s | %s | %d | %.0f | %.1f%% | %s | %.1f | %s | %s | %.1f |\n", x.BPF, x.Phase, x.Managed, x.Seconds, x.CPUPercent, per, float64(x.RSSKiB)/1024, mib(x.AnonKiB), mib(x.FileKiB), float64(x.HWMKiB)/1024)
+			fmt.Fprintf(&w, "| %s | %s | %d | %.0f | %.1f%% | %s | %.1f | %s | %s | %s | %.1f |\n", x.BPF, x.Phase, x.Managed, x.Seconds, x.CPUPercent, per, float64(x.RSSKiB)/1024, mib(x.AnonKiB), mib(x.FileKiB), mib(x.ShmemKiB), float64(x.HWMKiB)/1024)
 		}
 	}
 	if len(r.Phases) > 0 {

@@ -104,6 +104,7 @@ type CostRow struct {
 	HWMKiB     int64   `json:"hwmKiB"`
 	AnonKiB    int64   `json:"anonKiB,omitempty"`
 	FileKiB    int64   `json:"fileKiB,omitempty"`
+	ShmemKiB   int64   `json:"shmemKiB,omitempty"`
 	Resizes    int     `json:"resizes"`
 	CPUPerOpMs float64 `json:"cpuPerResizeMs,omitempty"`
 }
