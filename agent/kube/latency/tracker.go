@@ -129,13 +129,17 @@ type resize struct {
 	admitted time.Time
 	cgroupAt time.Time
 	// cgroupBy is when each container's files first held the new values.
-	cgroupBy   map[string]time.Time
-	statusAt   time.Time
-	mismatch   string // the last cgroup files that did not hold the new values
-	before     map[string]*api.PressureWindow
-	tookBefore bool
-	afterStart map[string]reading
-	until      time.Time // end of the window after
+	cgroupBy map[string]time.Time
+	statusAt time.Time
+	mismatch string // the last cgroup files that did not hold the new values
+	before   map[string]*api.PressureWindow
+	// beforeTaken lists the containers whose reading before is planned;
+	// tookBefore is set once every container has one, or can no longer.
+	beforeTaken map[string]bool
+	tookBefore  bool
+	loggedWait  bool
+	afterStart  map[string]reading
+	until       time.Time // end of the window after
 }
 
 // New returns a Tracker; Run watches the node's pods.
@@ -464,7 +468,9 @@ func (t *Tracker) tick(at time.Time) {
 	now := t.stamp(at)
 	var plan round
 	for _, pt := range t.pods {
-		t.locate(pt, now)
+		// A container of a resize still waiting for its window before is
+		// looked for at every tick, not once in relocate.
+		t.locate(pt, now, pt.open != nil && !pt.open.tookBefore)
 		r := pt.open
 		if r == nil {
 			continue
@@ -477,7 +483,6 @@ func (t *Tracker) tick(at time.Time) {
 			continue
 		}
 		if !r.tookBefore {
-			r.tookBefore = true
 			plan.before = append(plan.before, t.planBefore(r, now)...)
 		}
 		if r.cgroupAt.IsZero() && t.locatable(r) {
@@ -520,12 +525,25 @@ func (t *Tracker) tick(at time.Time) {
 		if b.r.pod.rings[b.name] != b.g {
 			continue // the container was relocated meanwhile
 		}
-		if start, ok := b.g.atOrBefore(b.from); ok {
-			b.r.before[b.name] = window(start, b.rd)
-		} else if !b.born.IsZero() {
-			b.r.before[b.name] = window(birth(b.born, b.rd), b.rd)
+		end := b.rd
+		if !end.ok() {
+			// The cgroup could not be read: a restart the resize asked
+			// for may have removed it already (CI saw the kubelet's
+			// restart beat the agent's first look). The window before
+			// then ends at the container's newest sample before the
+			// resize was seen.
+			if last, ok := b.g.newest(b.r.seen); ok {
+				end = last
+			}
 		}
-		b.g.add(b.rd)
+		if start, ok := b.g.atOrBefore(b.from); ok && start.at.Before(end.at) {
+			b.r.before[b.name] = window(start, end)
+		} else if !b.born.IsZero() {
+			b.r.before[b.name] = window(birth(b.born, end), end)
+		}
+		if b.rd.ok() {
+			b.g.add(b.rd)
+		}
 	}
 	for _, c := range plan.files {
 		t.applyFiles(c)
@@ -602,12 +620,12 @@ type filesCheck struct {
 // A container whose cgroup is at none of the candidates (another cgroup
 // root, a runtime it does not know) is looked for again only after
 // relocate, not at every tick.
-func (t *Tracker) locate(pt *podTrack, now time.Time) {
+func (t *Tracker) locate(pt *podTrack, now time.Time, force bool) {
 	for name, id := range pt.ids {
 		if l, ok := pt.cgroups[name]; ok && l.id == id {
 			continue
 		}
-		if m, ok := pt.missed[name]; ok && m.id == id && now.Sub(m.at) < relocate {
+		if m, ok := pt.missed[name]; ok && m.id == id && now.Sub(m.at) < relocate && !force {
 			continue
 		}
 		delete(pt.cgroups, name)
@@ -658,19 +676,33 @@ type missed struct {
 }
 
 // planBefore lists the readings that end r's windows before, from now
-// back by Window.
+// back by Window. A container not located yet is planned at a later tick,
+// until its files hold the new values (a reading after that would not be
+// "before"); r.tookBefore says when every container has had its turn.
 func (t *Tracker) planBefore(r *resize, now time.Time) []beforeRead {
 	if len(t.opts.Sources) == 0 {
+		r.tookBefore = true
 		return nil
 	}
-	r.before = map[string]*api.PressureWindow{}
+	if r.before == nil {
+		r.before = map[string]*api.PressureWindow{}
+		r.beforeTaken = map[string]bool{}
+	}
 	var out []beforeRead
 	from := now.Add(-t.opts.Window)
+	waiting := false
 	for name := range r.want {
-		loc, ok := r.pod.cgroups[name]
-		if !ok {
+		if r.beforeTaken[name] {
 			continue
 		}
+		loc, ok := r.pod.cgroups[name]
+		if !ok {
+			if _, held := r.cgroupBy[name]; !held && r.cgroupAt.IsZero() {
+				waiting = true
+			}
+			continue
+		}
+		r.beforeTaken[name] = true
 		b := beforeRead{r: r, name: name, g: r.pod.rings[name], path: loc.path, from: from}
 		// Up to two windows old: a pod's first sampling can come late on
 		// a starved node (CI saw a pod resized right after it was Ready,
@@ -688,6 +720,12 @@ func (t *Tracker) planBefore(r *resize, now time.Time) []beforeRead {
 			r.pod.rings[name] = b.g
 		}
 		out = append(out, b)
+	}
+	if !waiting {
+		r.tookBefore = true
+	} else if len(out) == 0 && now.Sub(r.seen) >= time.Second && !r.loggedWait {
+		r.loggedWait = true
+		t.log.Info("resize: a container's cgroup is not located yet; its window before waits for it", "pod", r.rec.Pod, "generation", r.rec.Generation)
 	}
 	return out
 }

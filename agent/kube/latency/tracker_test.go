@@ -3,8 +3,11 @@ package latency
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -61,10 +64,16 @@ var (
 
 // runq is a source like the eBPF one: a run-queue histogram and reclaim
 // stall per cgroup that the test moves.
-type runq struct{ counts map[string][]uint64 }
+type runq struct {
+	counts map[string][]uint64
+	gone   map[string]bool // cgroups removed: their reads fail
+}
 
 func (runq) Name() string { return "ebpf" }
 func (q runq) Read(p string) (pressure.Sample, error) {
+	if q.gone[p] {
+		return pressure.Sample{}, fmt.Errorf("%w: %s", cgroup.ErrNotFound, p)
+	}
 	c := q.counts[p]
 	var n uint64
 	for _, v := range c {
@@ -87,7 +96,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	root := cgrouptest.FakeTree(t, ctrCgroup)
 	f := &fixture{t: t, root: root, rec: record.NewFakeRecorder(10), reg: prometheus.NewRegistry(),
-		q: runq{counts: map[string][]uint64{ctrCgroup: {0, 0, 0}}}, clock: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)}
+		q: runq{counts: map[string][]uint64{ctrCgroup: {0, 0, 0}}, gone: map[string]bool{}}, clock: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)}
 	f.files("50000 100000", 16, 64<<20)
 	cgrouptest.FakePressure(t, root, ctrCgroup, 0, 0, 0)
 	cg := cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())
@@ -702,5 +711,75 @@ func TestCgroupPhaseIsTheWrite(t *testing.T) {
 		if at := heldSince(rs, c.written, read); !at.Equal(c.want) {
 			t.Errorf("heldSince(written %v): %v, want %v", c.written, at, c.want)
 		}
+	}
+}
+
+// The kubelet's restart for a resize can remove the container's cgroup
+// before the tracker's first look: the window before then ends at the
+// container's newest sample (CI's walkthrough had none at all).
+func TestBeforeWindowWhenTheCgroupIsGone(t *testing.T) {
+	f := newFixture(t)
+	started := f.clock.Add(-20 * time.Second)
+	p := testPod(1, small)
+	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
+	f.observe(p)
+	f.at(100 * time.Millisecond) // located and sampled
+	f.q.counts[ctrCgroup] = []uint64{10, 60, 100}
+	cgrouptest.FakePressure(t, f.root, ctrCgroup, 1_500_000, 80, 0)
+	f.at(5 * time.Second) // sampled again, with the waits
+	sampled := f.clock
+
+	p = resized(2, f.clock)
+	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
+	f.observe(p)
+	if err := os.RemoveAll(filepath.Join(f.root, ctrCgroup)); err != nil {
+		t.Fatal(err)
+	}
+	f.q.gone[ctrCgroup] = true
+	f.at(100 * time.Millisecond)
+	r := f.tr.pods[uid].open
+	if r == nil || !r.tookBefore || r.before["app"] == nil {
+		t.Fatalf("window before of a container whose cgroup is gone: %+v", r)
+	}
+	b := r.before["app"]
+	if end := b.Start.Add(time.Duration(b.Seconds * float64(time.Second))); !end.Equal(sampled) {
+		t.Errorf("window before ends at %v, want the newest sample %v", end, sampled)
+	}
+	if b.RunqCount != 100 {
+		t.Errorf("window before: %d run-queue waits, want the 100 sampled", b.RunqCount)
+	}
+}
+
+// A container whose cgroup is not found at the first look is looked for
+// again at every tick, and gets its window before once found, as long as
+// its files do not hold the new values yet.
+func TestBeforeWindowWaitsForTheCgroup(t *testing.T) {
+	f := newFixture(t)
+	if err := os.RemoveAll(filepath.Join(f.root, ctrCgroup)); err != nil {
+		t.Fatal(err)
+	}
+	started := f.clock.Add(-10 * time.Second)
+	p := testPod(1, small)
+	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
+	f.observe(p)
+	f.at(100 * time.Millisecond) // not found: relocate holds the next look back by 10 s
+	p = resized(2, f.clock)
+	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
+	f.observe(p)
+	f.at(100 * time.Millisecond)
+	if r := f.tr.pods[uid].open; r == nil || r.tookBefore {
+		t.Fatalf("resize %+v: want its window before still waiting", r)
+	}
+	cgrouptest.AddFake(t, f.root, ctrCgroup)
+	f.files("50000 100000", 16, 64<<20)
+	cgrouptest.FakePressure(t, f.root, ctrCgroup, 1_500_000, 80, 0)
+	f.q.counts[ctrCgroup] = []uint64{10, 60, 100}
+	f.at(100 * time.Millisecond)
+	r := f.tr.pods[uid].open
+	if r == nil || !r.tookBefore || r.before["app"] == nil {
+		t.Fatalf("window before once the cgroup is found: %+v", r)
+	}
+	if s := r.before["app"].Seconds; s < 9.5 || s > 11 {
+		t.Errorf("window before %.2fs, want from the container's start (10.3s)", s)
 	}
 }

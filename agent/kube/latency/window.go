@@ -79,6 +79,20 @@ func (g *ring) atOrBefore(t time.Time) (reading, bool) {
 	return oldest, !oldest.at.IsZero()
 }
 
+// newest is the newest reading taken at or before t, and only that.
+func (g *ring) newest(t time.Time) (reading, bool) {
+	var best reading
+	for i, r := range g.buf {
+		if !g.full && i >= g.next {
+			break
+		}
+		if r.ok() && !r.at.After(t) && r.at.After(best.at) {
+			best = r
+		}
+	}
+	return best, !best.at.IsZero()
+}
+
 // birth is the reading of a cgroup at its container's start at, for the
 // end reading b: every counter the window uses starts at zero when the
 // cgroup is made (PSI totals, cpu.stat; the BPF maps count a cgroup from
