@@ -295,6 +295,7 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 	}
 	if a.metrics != nil {
 		a.metrics.DriftedContainers.Set(float64(res.Drifted))
+		a.metrics.DriftChecks.WithLabelValues("intent").Inc()
 	}
 	return res
 }

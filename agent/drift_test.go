@@ -196,6 +196,7 @@ func TestDriftRestore(t *testing.T) {
 	}
 
 	// The next check verifies the restore and clears the drift.
+	checks := testutil.ToFloat64(f.m.DriftChecks.WithLabelValues("intent"))
 	if r := f.check(t); r.Drifted != 0 || r.Recheck {
 		t.Fatalf("verifying check: %+v", r)
 	}
@@ -204,6 +205,9 @@ func TestDriftRestore(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(f.m.DriftedContainers); got != 0 {
 		t.Errorf("drifted_containers = %v", got)
+	}
+	if got := testutil.ToFloat64(f.m.DriftChecks.WithLabelValues("intent")); got != checks+1 {
+		t.Errorf("drift_checks_total{against=intent} = %v after one more check, want %v", got, checks+1)
 	}
 
 	// Memory too, and the container's last intent is the restore.

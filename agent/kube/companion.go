@@ -36,6 +36,8 @@ type DriftConfig struct {
 	// Count counts a drift per resource and action
 	// (resize_agent_drift_total).
 	Count func(resource, action string)
+	// Checked is called after every check (resize_agent_drift_checks_total).
+	Checked func()
 	// Writes and Sweep: allocdrift.Options's (reads follow the kernel's
 	// limit writes where the eBPF hook is attached).
 	Writes allocdrift.LimitWrites
@@ -129,7 +131,7 @@ func startCompanion(ctx context.Context, c CapacityConfig, client kubernetes.Int
 		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 		rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ReportingController, Host: c.NodeName})
 		checker, err := allocdrift.New(view.Pods, d.Runtime, d.Cgroups, allocdrift.Options{
-			Policy: d.Policy, Period: d.Period, Count: d.Count, Recorder: rec, Writes: d.Writes, Sweep: d.Sweep,
+			Policy: d.Policy, Period: d.Period, Count: d.Count, Checked: d.Checked, Recorder: rec, Writes: d.Writes, Sweep: d.Sweep,
 			OnFinding: func(f allocdrift.Finding) {
 				log.Warn("cgroup drift from the kubelet's allocation", "pod", f.Pod.String(), "container", f.Container, "cgroup", f.Cgroup,
 					"action", f.Action, "files", f.Files, "message", f.Message, "after", time.Since(f.FirstSeen).Round(time.Millisecond))

@@ -29,6 +29,10 @@ type Metrics struct {
 	Drift *prometheus.CounterVec
 	// DriftedContainers is the number of containers drifted at the last check.
 	DriftedContainers prometheus.Gauge
+	// DriftChecks counts the drift checks done, by what they compare
+	// the files with: "intent" (the agent's last completed intent) or
+	// "allocation" (what the kubelet allocated, Kubernetes mode).
+	DriftChecks *prometheus.CounterVec
 	// ResizePhase splits ResizeDuration by phase (see Phases), once per
 	// intent that reached InProgress.
 	ResizePhase *prometheus.HistogramVec
@@ -122,7 +126,17 @@ func newDrift(m *Metrics, reg prometheus.Registerer) {
 		Name:      "drifted_containers",
 		Help:      "Managed containers whose cgroup values differed from their last completed intent at the last drift check.",
 	})
-	reg.MustRegister(m.Drift, m.DriftedContainers)
+	// A check that stopped (a hung runtime call, a dead loop) shows as
+	// this counter standing still, where drift_total alone would read as
+	// "no drift".
+	m.DriftChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace,
+		Name:      "drift_checks_total",
+		Help:      "Drift checks done, by what the files are compared with: intent (the agent's last completed intent) or allocation (what the kubelet allocated).",
+	}, []string{"against"})
+	reg.MustRegister(m.Drift, m.DriftedContainers, m.DriftChecks)
+	m.DriftChecks.WithLabelValues("intent")
+	m.DriftChecks.WithLabelValues("allocation")
 	for _, r := range []string{"cpu", "memory"} {
 		for _, a := range []string{"report", "restore", "adopt", "refuse", "backoff"} {
 			m.Drift.WithLabelValues(r, a)

@@ -64,7 +64,8 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	// Kubernetes pods judged against its allocation (agent/kube/companion.go).
 	capCfg := kube.CapacityConfig{NodeName: kc.NodeName, Logger: log.With("component", "kube"),
 		Drift: kube.DriftConfig{Policy: s.kubeDrift, Interval: s.driftEvery, Cgroups: cg, Period: o.CPUPeriod,
-			Count: func(res, action string) { m.Drift.WithLabelValues(res, action).Inc() }}}
+			Count:   func(res, action string) { m.Drift.WithLabelValues(res, action).Inc() },
+			Checked: func() { m.DriftChecks.WithLabelValues("allocation").Inc() }}}
 	if kc.Enabled() {
 		agentOpts = append(agentOpts, agent.WithDriftLeavePods())
 		capCfg.Predictions = metrics.NewVerdictPredictions(reg)

@@ -88,6 +88,8 @@ type Options struct {
 	Window   time.Duration
 	// Count, when set, counts a drift per resource and action.
 	Count func(resource, action string)
+	// Checked, when set, is called at the end of every check.
+	Checked func()
 	// Recorder, when set, gets an Event per drift acted on.
 	Recorder Recorder
 	// OnFinding, when set, is called for every drift acted on (the
@@ -410,6 +412,9 @@ func (c *Checker) Check(ctx context.Context) Result {
 		}
 	}
 	c.mu.Unlock()
+	if c.opts.Checked != nil {
+		c.opts.Checked()
+	}
 	return res
 }
 

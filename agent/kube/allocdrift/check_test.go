@@ -160,8 +160,9 @@ func newHarness(t *testing.T, policy allocdrift.Policy, more ...func(*allocdrift
 	h.node.set(state(oldRes))
 	opts := allocdrift.Options{
 		Policy: policy, Confirm: 3 * time.Second, Recorder: h.ev,
-		Count: func(r, a string) { h.counts[r+"/"+a]++ },
-		Now:   func() time.Time { return h.now },
+		Count:   func(r, a string) { h.counts[r+"/"+a]++ },
+		Checked: func() { h.counts["checks"]++ },
+		Now:     func() time.Time { return h.now },
 	}
 	for _, f := range more {
 		f(&opts)
@@ -185,6 +186,9 @@ func TestReport(t *testing.T) {
 	h := newHarness(t, "")
 	if r := h.check(0); r.Checked != 1 || r.Drifted != 0 {
 		t.Fatalf("clean: %+v", r)
+	}
+	if h.counts["checks"] != 1 {
+		t.Errorf("Checked called %d times after one check", h.counts["checks"])
 	}
 	st := state(oldRes)
 	st.CPUMax = spec.CPUMax{Quota: 20000, Period: 100000}
