@@ -70,7 +70,7 @@ func TestResizeBench(t *testing.T) {
 	if !t.Run("NodeReady", func(t *testing.T) { node = nodeReady(t, c) }) {
 		t.FailNow()
 	}
-	useNamespace(t, c, testNS)
+	useTestNamespace(t, c)
 	res := NodeBench{Kubelet: node.Status.NodeInfo.KubeletVersion,
 		Blocks: []string{benchAlone, benchAgent, benchAgentOff, benchAgentOff, benchAgent, benchAlone}}
 	rows := map[[2]string]*NodeBenchRow{}

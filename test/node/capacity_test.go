@@ -35,7 +35,7 @@ func TestCapacity(t *testing.T) {
 	if !t.Run("DeployAgent", func(t *testing.T) { deployAgent(t, c, node) }) {
 		t.FailNow()
 	}
-	useNamespace(t, c, testNS)
+	useTestNamespace(t, c)
 	cs := &capSuite{c: c, node: node.Name}
 	t.Run("Example", func(t *testing.T) { cs.example(ctx, t) })
 	t.Run("SidecarAndInit", func(t *testing.T) { cs.sidecar(ctx, t) })
@@ -442,7 +442,9 @@ func (s *capSuite) drift(ctx context.Context, t *testing.T) {
 	poll(t, "cpu.max 80000 100000 from the kubelet", 250*time.Millisecond, func() (bool, error) {
 		return read() == "80000 100000", nil
 	})
-	time.Sleep(30 * time.Second) // three drift intervals
+	// Three checks after: a difference waits one check for its
+	// confirmation.
+	afterDriftChecks(t, s.c, 3)
 	if n := len(events()); n != before {
 		t.Errorf("%d CgroupDrift Events after a kubelet resize: %+v", n-before, events()[before:])
 	}

@@ -40,7 +40,7 @@ func TestCompanion(t *testing.T) {
 	if !t.Run("DeployAgent", func(t *testing.T) { agentPod = deployAgent(t, c, node) }) {
 		t.FailNow()
 	}
-	useNamespace(t, c, testNS)
+	useTestNamespace(t, c)
 	// The agent acts once it has seen the annotation policy (at start).
 	poll(t, "the agent acting on annotations", time.Second, func() (bool, error) {
 		out, err := c.try("-n", agentNS, "logs", agentPod.Name)

@@ -45,7 +45,7 @@ func TestLatency(t *testing.T) {
 			t.Logf("agent logs (%v):\n%s", err, out)
 		}
 	})
-	useNamespace(t, c, testNS)
+	useTestNamespace(t, c)
 	image := os.Getenv("RESIZE_AGENT_NODE_BUSYBOX")
 	if image == "" {
 		image = "localhost/resize-agent/busybox:latest"

@@ -31,9 +31,13 @@ import (
 const (
 	agentNS  = "resize-agent"
 	agentDS  = "resize-agent"
-	testNS   = "resize-agent-node-e2e"
 	stepWait = 5 * time.Minute
 )
+
+// testNS is the namespace of the test running now (useTestNamespace): one
+// per test, so that none waits for the one before to be deleted. The tests
+// run one after another (none is parallel).
+var testNS string
 
 // cluster is what the tests run against.
 type cluster struct {
@@ -202,16 +206,27 @@ func nodeReady(t *testing.T, c *cluster) *corev1.Node {
 	return node
 }
 
-// useNamespace gives the test an empty namespace of that name. The tests
-// share one cluster and run one after another, and a namespace an earlier
-// test deleted may still be terminating, in which the API server refuses new
-// pods; so it waits for that, creates the namespace, waits for its default
-// ServiceAccount (the controller manager makes it; pods need it), and at the
-// end deletes it and waits until it is gone.
+// useTestNamespace gives the test a namespace of its own,
+// resize-agent-node-e2e-<test>, in testNS.
+func useTestNamespace(t *testing.T, c *cluster) {
+	t.Helper()
+	testNS = "resize-agent-node-e2e-" + strings.ToLower(strings.TrimPrefix(strings.SplitN(t.Name(), "/", 2)[0], "Test"))
+	useNamespace(t, c, testNS)
+}
+
+// useNamespace gives the test an empty namespace of that name, waiting for
+// its default ServiceAccount (the controller manager makes it; pods need
+// it). A namespace of that name still there is from an earlier run (each
+// test has its own): it waits for that to be gone first, as the API
+// server refuses new pods in a terminating namespace. At the end it
+// deletes the namespace without waiting: under TCG the kubelet takes
+// 10-30 s to remove a pod and the namespace controller backs off while it
+// does, which cost about 25 s per test when each test waited; the next
+// test runs meanwhile.
 func useNamespace(t *testing.T, c *cluster, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	poll(t, "namespace "+ns+" left by an earlier test gone", time.Second, func() (bool, error) {
+	poll(t, "namespace "+ns+" left by an earlier run gone", time.Second, func() (bool, error) {
 		got, err := c.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -220,6 +235,7 @@ func useNamespace(t *testing.T, c *cluster, ns string) {
 			return false, err
 		case got.DeletionTimestamp == nil:
 			// Left by a run that was killed: start from nothing.
+			c.try("-n", ns, "delete", "pods", "--all", "--grace-period=1", "--wait=false")
 			c.try("delete", "namespace", ns, "--wait=false")
 		}
 		return false, fmt.Errorf("namespace %s is %s", ns, got.Status.Phase)
@@ -227,9 +243,9 @@ func useNamespace(t *testing.T, c *cluster, ns string) {
 	c.k(t, "create", "namespace", ns)
 	t.Cleanup(func() {
 		// A short grace for the pods: busybox's sleep as PID 1 ignores SIGTERM
-		// and would hold the namespace for the default 30 s.
+		// and would hold them for the default 30 s.
 		c.try("-n", ns, "delete", "pods", "--all", "--grace-period=1", "--wait=false")
-		if out, err := c.try("delete", "namespace", ns, "--timeout=110s"); err != nil {
+		if out, err := c.try("delete", "namespace", ns, "--wait=false"); err != nil {
 			t.Logf("deleting namespace %s: %v %s", ns, err, out)
 		}
 	})
@@ -449,7 +465,7 @@ func watcher(ctx context.Context, t *testing.T, c *cluster, pod string) (<-chan 
 }
 
 func kubeletResize(ctx context.Context, t *testing.T, c *cluster, node *corev1.Node) {
-	useNamespace(t, c, testNS)
+	useTestNamespace(t, c)
 	image := os.Getenv("RESIZE_AGENT_NODE_BUSYBOX")
 	if image == "" {
 		image = "localhost/resize-agent/busybox:latest" // the VM harness's, imported in the guest
@@ -658,4 +674,47 @@ func waitAgentPod(t *testing.T, c *cluster, node *corev1.Node) *corev1.Pod {
 		return true, nil
 	})
 	return pod
+}
+
+// driftChecks is the agent's resize_agent_drift_checks_total{against=
+// "allocation"}: the drift checks against the kubelet's allocation it did.
+func driftChecks(t *testing.T, c *cluster) float64 {
+	t.Helper()
+	pods, err := c.cs.CoreV1().Pods(agentNS).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=resize-agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod *corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && podReady(p) {
+			pod = p
+		}
+	}
+	if pod == nil {
+		t.Fatalf("no Ready agent pod to read drift checks from")
+	}
+	const name = `resize_agent_drift_checks_total{against="allocation"} `
+	for _, l := range strings.Split(scrapeMetrics(t, c, pod), "\n") {
+		if v, ok := strings.CutPrefix(l, name); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s%s: %v", name, v, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in the agent's metrics", strings.TrimSpace(name))
+	return 0
+}
+
+// afterDriftChecks waits until the agent has done n more drift checks
+// against the allocation: proof that the checks ran over what the test
+// did before, where a sleep of as many intervals would only hope so.
+func afterDriftChecks(t *testing.T, c *cluster, n int) {
+	t.Helper()
+	start := driftChecks(t, c)
+	poll(t, fmt.Sprintf("%d drift checks by the agent", n), 2*time.Second, func() (bool, error) {
+		got := driftChecks(t, c)
+		return got >= start+float64(n), fmt.Errorf("%v of them so far", got-start)
+	})
 }

@@ -36,7 +36,7 @@ func TestPodLevelDrift(t *testing.T) {
 			t.Logf("agent logs (%v):\n%s", err, out)
 		}
 	})
-	useNamespace(t, c, testNS)
+	useTestNamespace(t, c)
 	s := &capSuite{c: c, node: node.Name}
 
 	q := func(v string) resource.Quantity { return resource.MustParse(v) }
@@ -104,8 +104,8 @@ func TestPodLevelDrift(t *testing.T) {
 		}
 		return l.Items
 	}
-	// Nothing on a clean node: two drift intervals.
-	time.Sleep(20 * time.Second)
+	// Nothing on a clean node: two drift checks.
+	afterDriftChecks(t, s.c, 2)
 	if ev := events("plr"); len(ev) != 0 {
 		t.Fatalf("CgroupDrift on the untouched pod: %s", ev[0].Message)
 	}
@@ -146,7 +146,7 @@ func TestPodLevelDrift(t *testing.T) {
 		return podFile("cpu.max") == "80000 100000", nil
 	})
 	timing(t, "podlevel_resize_to_pod_cgroup", time.Since(t1))
-	time.Sleep(30 * time.Second) // three drift intervals
+	afterDriftChecks(t, s.c, 3)
 	if got := podFile("cpu.weight"); got != "12" {
 		t.Errorf("pod cpu.weight %q after the resize, want the kubelet's 12 (300m)", got)
 	}
