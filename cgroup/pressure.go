@@ -1,7 +1,9 @@
 package cgroup
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"syscall"
 	"time"
@@ -32,7 +34,7 @@ type Pressure struct {
 // Pressure reads the PSI files, cpu.stat and memory.events of the cgroup p
 // through containerd/cgroups.
 func (m *Manager) Pressure(p string) (Pressure, error) {
-	clean, _, err := m.dir(p)
+	clean, d, err := m.dir(p)
 	if err != nil {
 		return Pressure{}, err
 	}
@@ -43,6 +45,13 @@ func (m *Manager) Pressure(p string) (Pressure, error) {
 	st, err := lib.StatFiltered(cgroup2.StatCPU | cgroup2.StatMemory | cgroup2.StatMemoryEvents | cgroup2.StatIO)
 	if err != nil {
 		return Pressure{}, fmt.Errorf("stat cgroup %s: %w", clean, err)
+	}
+	// The library reads a missing cpu.stat as zeros and a missing PSI file
+	// as none: a cgroup removed during the reads (a container restarted)
+	// would read as one with no pressure, no throttling and no PSI, and a
+	// window ending there would say so. Its directory tells.
+	if _, err := os.Stat(d); errors.Is(err, fs.ErrNotExist) {
+		return Pressure{}, fmt.Errorf("%w: %s (removed while its files were read)", ErrNotFound, clean)
 	}
 	var out Pressure
 	if c := st.CPU; c != nil {

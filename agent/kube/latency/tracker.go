@@ -434,7 +434,7 @@ func (t *Tracker) afterWindow(r *resize, name string, start reading) *api.Pressu
 	if g == nil {
 		return nil
 	}
-	end, ok := g.atOrBefore(r.until.Add(t.opts.SampleEvery))
+	end, ok := g.atOrBefore(r.until.Add(t.opts.SampleEvery), start)
 	if !ok || !end.at.After(start.at) {
 		return nil
 	}
@@ -526,17 +526,16 @@ func (t *Tracker) tick(at time.Time) {
 			continue // the container was relocated meanwhile
 		}
 		end := b.rd
-		if !end.ok() {
-			// The cgroup could not be read: a restart the resize asked
-			// for may have removed it already (CI saw the kubelet's
-			// restart beat the agent's first look). The window before
-			// then ends at the container's newest sample before the
-			// resize was seen.
-			if last, ok := b.g.newest(b.r.seen); ok {
-				end = last
-			}
+		if last, ok := b.g.newest(b.r.seen); ok && (!end.ok() || !end.has(last)) {
+			// The cgroup could not be read, or not whole: a restart the
+			// resize asked for may have removed it already (CI saw the
+			// kubelet's restart beat the agent's first look, and once
+			// remove it during the reads). The window before then ends
+			// at the container's newest sample before the resize was
+			// seen.
+			end = last
 		}
-		if start, ok := b.g.atOrBefore(b.from); ok && start.at.Before(end.at) {
+		if start, ok := b.g.atOrBefore(b.from, end); ok && start.at.Before(end.at) {
 			b.r.before[b.name] = window(start, end)
 		} else if !b.born.IsZero() {
 			b.r.before[b.name] = window(birth(b.born, end), end)

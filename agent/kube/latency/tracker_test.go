@@ -750,6 +750,44 @@ func TestBeforeWindowWhenTheCgroupIsGone(t *testing.T) {
 	}
 }
 
+// A read that comes back without cpu.stat and CPU PSI (containerd's
+// cgroups library reads missing files as none: a cgroup removed during the
+// read, as CI's walkthrough saw) does not end the window before, which
+// would then say "no throttling, no PSI": the newest whole sample does.
+func TestBeforeWindowSkipsAPartialRead(t *testing.T) {
+	f := newFixture(t)
+	started := f.clock.Add(-20 * time.Second)
+	p := testPod(1, small)
+	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
+	f.observe(p)
+	f.at(100 * time.Millisecond)
+	f.q.counts[ctrCgroup] = []uint64{10, 60, 100}
+	cgrouptest.FakePressure(t, f.root, ctrCgroup, 1_500_000, 80, 0)
+	f.at(5 * time.Second)
+	sampled := f.clock
+
+	p = resized(2, f.clock)
+	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
+	f.observe(p)
+	for _, name := range []string{"cpu.stat", "cpu.pressure"} {
+		if err := os.Remove(filepath.Join(f.root, ctrCgroup, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.at(100 * time.Millisecond)
+	r := f.tr.pods[uid].open
+	if r == nil || !r.tookBefore || r.before["app"] == nil {
+		t.Fatalf("window before: %+v", r)
+	}
+	b := r.before["app"]
+	if end := b.Start.Add(time.Duration(b.Seconds * float64(time.Second))); !end.Equal(sampled) {
+		t.Errorf("window before ends at %v, want the newest whole sample %v", end, sampled)
+	}
+	if b.CPUPressure == nil || b.ThrottledSeconds <= 0 {
+		t.Errorf("window before: CPU PSI %v, throttled %vs: the partial read ended it", b.CPUPressure, b.ThrottledSeconds)
+	}
+}
+
 // A container whose cgroup is not found at the first look is looked for
 // again at every tick, and gets its window before once found, as long as
 // its files do not hold the new values yet.

@@ -18,6 +18,20 @@ type reading struct {
 
 func (r reading) ok() bool { return r.bpf != nil || r.files != nil }
 
+// has reports whether r holds every source o holds, PSI included. A read
+// that lost a source (a cgroup removed under it, a source failing once)
+// yields a reading the window would take as "no throttling, no PSI"; the
+// windows end on readings as whole as the container's samples instead.
+func (r reading) has(o reading) bool {
+	if o.bpf != nil && r.bpf == nil {
+		return false
+	}
+	if o.files == nil {
+		return true
+	}
+	return r.files != nil && (!o.files.Files.HasPSI || r.files.Files.HasPSI)
+}
+
 // read reads every source for the cgroup p, stamped when the reads are done
 // (a round over many containers takes a while).
 func (t *Tracker) read(p string) reading {
@@ -56,9 +70,10 @@ func (g *ring) add(r reading) {
 	}
 }
 
-// atOrBefore is the newest reading taken at or before t; failing that, the
-// oldest kept (a window shorter than asked, which the window's length says).
-func (g *ring) atOrBefore(t time.Time) (reading, bool) {
+// atOrBefore is the newest reading taken at or before t that has every
+// source like has; failing that, the oldest such kept (a window shorter
+// than asked, which the window's length says).
+func (g *ring) atOrBefore(t time.Time, like reading) (reading, bool) {
 	n := g.next
 	if g.full {
 		n = len(g.buf)
@@ -66,6 +81,9 @@ func (g *ring) atOrBefore(t time.Time) (reading, bool) {
 	var best, oldest reading
 	for i := range n {
 		r := g.buf[i]
+		if !r.ok() || !r.has(like) {
+			continue
+		}
 		if !r.at.After(t) && r.at.After(best.at) {
 			best = r
 		}
