@@ -34,7 +34,9 @@ bg=$!
 trap 'kill -- -"$bg" 2>/dev/null || true' EXIT
 
 rc=0
-make test-unit fuzz test-monitoring 2>&1 | tee bin/host-suite.log || rc=$?
+# At a lower priority than the node's VM beside them: the node is the
+# longest part, and the VM suite after the host tests has minutes to spare.
+nice -n 5 make test-unit fuzz test-monitoring 2>&1 | tee bin/host-suite.log || rc=$?
 mark "host tests done (exit $rc)"
 v=0
 make test-vm 2>&1 | tee bin/vm-suite.log || v=$?

@@ -5,14 +5,10 @@
 # cgroup v2 fails instead (RESIZE_AGENT_REQUIRE_CGROUP2=1).
 #
 # By default every package runs in one VM with one vCPU, then test/systemd
-# in a VM with systemd as PID 1 (about 24 minutes warm).
+# in a VM with systemd as PID 1 (about 13 minutes warm beside the node's VM).
 #   VM_PARALLEL=1                   two VMs at once, one vCPU each (the host
 #                                   has two cores and TCG runs a vCPU on one
-#                                   host thread): the crash test alone takes
-#                                   about 9 minutes, as long as everything
-#                                   else but the integration tests, so the
-#                                   two groups below end close together and
-#                                   the suite takes about 16 minutes. Not the
+#                                   host thread). Not the
 #                                   default yet: in its first two runs, on a
 #                                   host also running builds, four tests
 #                                   overran bounds set for one VM (their
@@ -26,7 +22,8 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
 
-# Times from a warm run under TCG on this machine's two cores, one VM each:
+# Times from a warm run under TCG on this machine's two cores, one VM each
+# (before the crash test's containers slept: it takes 252 s alone since):
 # crash 523 s, soak 64, bpf 26, pressure 21, cgroup 13 (group a: 647 s);
 # integration 466 s, resize-agent 139, faults 68 (group b: 673 s).
 group_a="./test/crash ./test/soak ./bpf ./agent/pressure ./cgroup"
@@ -56,8 +53,8 @@ payload() {
 # about 1 of 9 runs with 2 vCPUs and never in 300 cycles with 1.
 vm() {
 	local dir=$1
-	# The crash test runs 7.5-9 minutes in a quiet guest (100 kills since
-	# issue 15; 25 before) and the integration
+	# The crash test runs about 4 minutes in a quiet guest (100 kills; 7.5-9
+	# minutes while its containers were busy loops) and the integration
 	# tests 8: close to the guest script's default 10-minute bound per
 	# binary on a busy host.
 	test/vm/vm.sh run --payload "$dir" --containerd --mem 2G --cpus 1 --timeout 2400 \
