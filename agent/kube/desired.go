@@ -218,6 +218,11 @@ func fieldPathOf(pod *corev1.Pod, name string) string {
 // DesiredFor works out what the pod's containers should have from its
 // annotation. The result is sorted by container name.
 func DesiredFor(pod *corev1.Pod) ([]Desired, []Refusal) {
+	if podcgroup.Mirror(pod) {
+		// Refused here, not by a patch the API server would refuse: the
+		// same answer, said the same way every time, without a request.
+		return nil, []Refusal{{Message: "annotation " + AnnotationResources + " ignored: a static pod cannot be resized in place (the API server refuses pods/resize for a mirror pod); change its manifest in the kubelet's staticPodPath"}}
+	}
 	ctrs := resizable(pod)
 	want := map[string]Desired{}
 	var refusals []Refusal

@@ -222,3 +222,14 @@ func TestDesiredPodLevelQOS(t *testing.T) {
 		t.Fatalf("without pod-level resources, refusals %+v", refusals)
 	}
 }
+
+// A mirror pod's annotation is refused here, as the API server would
+// refuse its pods/resize patch: no desired resize, one refusal saying why.
+func TestMirrorPodIsNotResized(t *testing.T) {
+	pod := testPod(`{"web": {"limits": {"cpu": "2"}}}`)
+	pod.Annotations["kubernetes.io/config.mirror"] = "6d8cb1b8f5a3b1c0e0f2a9d4c7e6b5a4"
+	ds, refusals := DesiredFor(pod)
+	if len(ds) != 0 || len(refusals) != 1 || !strings.Contains(refusals[0].Message, "static pod cannot be resized") {
+		t.Fatalf("desired %+v refusals %+v: want none, one refusal naming the static pod", ds, refusals)
+	}
+}

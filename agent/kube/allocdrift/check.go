@@ -351,7 +351,7 @@ func (c *Checker) Check(ctx context.Context) Result {
 			continue // gone or not ours to read: the next check sees
 		}
 		if _, ok := podPaths[t.pod.UID]; !ok {
-			if pp, ok := podCgroupOf(path, t.pod.UID); ok {
+			if pp, ok := podCgroupOf(path, podcgroup.UID(t.pod)); ok {
 				podPaths[t.pod.UID] = pp
 				pods = append(pods, t.pod)
 			}

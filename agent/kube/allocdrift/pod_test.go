@@ -339,3 +339,22 @@ func TestContainerUnderPodLevelLimits(t *testing.T) {
 		t.Fatalf("pod-level resize not yet seen by the kubelet: %+v", r)
 	}
 }
+
+// A static pod's cgroups carry the kubelet's UID for it, which its mirror
+// pod in the API has in an annotation, not as its UID: its pod cgroup is
+// checked too.
+func TestMirrorPodCgroupChecked(t *testing.T) {
+	h := newPodHarness(t, "", false)
+	h.pod.UID = "a8f2c1d0-0000-4000-8000-000000000001" // the API server's
+	h.pod.Annotations = map[string]string{podcgroup.MirrorAnnotation: "u1"}
+	if r := h.check(0); r.Checked != 1 || r.Pods != 1 || r.Drifted != 0 {
+		t.Fatalf("clean: %+v, want the container and its pod cgroup checked", r)
+	}
+	st := stateOf(allocdrift.PodExpected(h.pod, 100000))
+	st.CPUMax = spec.CPUMax{Quota: 5000, Period: 100000}
+	h.node.set(podPath, st)
+	h.check(time.Second)
+	if r := h.check(3 * time.Second); len(r.Findings) != 1 || r.Findings[0].Cgroup != podPath {
+		t.Fatalf("a stray write to the static pod's cgroup: %+v", r)
+	}
+}

@@ -89,7 +89,10 @@ type Tracker struct {
 }
 
 type podTrack struct {
-	ref  corev1.ObjectReference
+	ref corev1.ObjectReference
+	// uid is the UID in the pod's cgroup names: a mirror pod's static
+	// pod's (podcgroup.UID), not ref's.
+	uid  types.UID
 	key  string
 	gen  int64
 	qos  corev1.PodQOSClass
@@ -210,7 +213,7 @@ func (t *Tracker) observe(p *corev1.Pod, now time.Time) {
 		}
 		t.pods[p.UID] = pt
 	}
-	pt.qos = p.Status.QOSClass
+	pt.qos, pt.uid = p.Status.QOSClass, podcgroup.UID(p)
 	podSpec := podLevel(p)
 	pt.ids = map[string]string{}
 	pt.started = map[string]time.Time{}
@@ -631,7 +634,7 @@ func (t *Tracker) locate(pt *podTrack, now time.Time, force bool) {
 		delete(pt.rings, name)
 		delete(pt.missed, name)
 		found := false
-		for _, c := range candidates(string(pt.ref.UID), pt.qos, id) {
+		for _, c := range candidates(string(pt.uid), pt.qos, id) {
 			if ok, _ := t.opts.Cgroups.Exists(c); ok {
 				pt.cgroups[name] = located{id: id, path: c}
 				found = true
@@ -656,7 +659,7 @@ func (t *Tracker) locatePod(pt *podTrack, now time.Time) {
 	if pt.podCgroup != "" || now.Sub(pt.podMissed) < relocate {
 		return
 	}
-	for _, c := range podCandidates(string(pt.ref.UID), pt.qos) {
+	for _, c := range podCandidates(string(pt.uid), pt.qos) {
 		if ok, _ := t.opts.Cgroups.Exists(c); ok {
 			pt.podCgroup = c
 			return

@@ -821,3 +821,18 @@ func TestBeforeWindowWaitsForTheCgroup(t *testing.T) {
 		t.Errorf("window before %.2fs, want from the container's start (10.3s)", s)
 	}
 }
+
+// A static pod's mirror pod has an API UID of its own; its cgroups carry
+// the kubelet's (the config.mirror annotation), where its containers are
+// found.
+func TestMirrorPodLocated(t *testing.T) {
+	f := newFixture(t)
+	p := testPod(1, small)
+	p.UID = "a8f2c1d0-0000-4000-8000-000000000001"
+	p.Annotations = map[string]string{"kubernetes.io/config.mirror": uid}
+	f.observe(p)
+	f.at(5 * time.Second)
+	if ts := f.tr.Targets(); len(ts) != 1 || ts[0].Cgroup != ctrCgroup || ts[0].PodUID != string(p.UID) {
+		t.Errorf("Targets() %+v, want the static pod's container at %s, labelled with the mirror pod's UID", ts, ctrCgroup)
+	}
+}
