@@ -87,6 +87,14 @@ type LimitWrites interface {
 	LimitWriteMark(cgroupPath string) (pressure.WriteMark, bool)
 }
 
+// anyWrites is a LimitWrites that also stamps the last write to any
+// cgroup (pressure.BPF): a check that finds the stamp where the last check
+// took it skips every clean container without a lookup (a path walk and
+// a map read) each.
+type anyWrites interface {
+	AnyLimitWriteStamp() (uint64, bool)
+}
+
 // WithDriftWrites makes DriftCheck event-driven: a container whose files
 // were clean at its last check, and whose cgroup (and pod cgroup) nothing
 // has written since, is not read again; every container is still read
@@ -122,6 +130,10 @@ type drifts struct {
 	writes    LimitWrites
 	sweep     time.Duration
 	swept     time.Time // the last check that read every container
+	// anyStamp is the last write to any cgroup as the last check found it
+	// before its reads (anyOK: it could be read).
+	anyStamp uint64
+	anyOK    bool
 }
 
 // driftState is what the agent remembers of one container's drift.
@@ -217,9 +229,22 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 	probes := probesOf(a.containers, a.act, a.drift.leavePods)
 	now := a.now()
 	w := a.drift.writes
+	// Nothing written anywhere since the last check: its clean containers
+	// keep their marks, no need to look each up.
+	var quiet bool
+	var anyStamp uint64
+	var anyOK bool
+	if aw, ok := w.(anyWrites); ok {
+		anyStamp, anyOK = aw.AnyLimitWriteStamp()
+		quiet = anyOK && a.drift.anyOK && anyStamp == a.drift.anyStamp
+		// Kept for the next check only once this one has looked at every
+		// container: one cut short left some unmarked.
+		a.drift.anyOK = false
+	}
 	if w != nil {
 		if now.Sub(a.drift.swept) >= a.drift.sweepOr() {
 			a.drift.swept = now // this check reads everything
+			quiet = false
 		} else {
 			a.drift.mayskip(probes, a.rt != nil)
 		}
@@ -232,7 +257,11 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 			break
 		}
 		if w != nil {
-			p.marks(w)
+			if quiet && p.may {
+				p.marked, p.skipped, p.mark, p.podMark = true, true, p.prev, p.prevPod
+			} else {
+				p.marks(w)
+			}
 			if p.skipped {
 				continue
 			}
@@ -262,6 +291,9 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if anyOK && ctx.Err() == nil {
+		a.drift.anyStamp, a.drift.anyOK = anyStamp, true
+	}
 	var res DriftResult
 	for _, p := range probes {
 		if pd := a.pods[p.pod]; pd != nil && p.listed != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/agenttest"
+	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/cgroup"
@@ -745,4 +746,59 @@ func TestDriftFollowsWrites(t *testing.T) {
 	if n := len(f.driftIntents()); n != 2 {
 		t.Errorf("%d drift intents, want 2 (a, then b)", n)
 	}
+}
+
+// countedMarks counts the lookups of a cgroup's mark.
+type countedMarks struct {
+	*agenttest.WriteMarks
+	mu      sync.Mutex
+	lookups int
+}
+
+func (c *countedMarks) LimitWriteMark(p string) (pressure.WriteMark, bool) {
+	c.mu.Lock()
+	c.lookups++
+	c.mu.Unlock()
+	return c.WriteMarks.LimitWriteMark(p)
+}
+
+func (c *countedMarks) take() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.lookups
+	c.lookups = 0
+	return n
+}
+
+// With nothing written anywhere since the last check (the hook's stamp of
+// the last write to any cgroup unchanged), a check skips its clean
+// containers without looking up each one's mark; a write anywhere brings
+// the lookups back for that check.
+func TestDriftQuietNodeLooksNothingUp(t *testing.T) {
+	w := &countedMarks{WriteMarks: agenttest.NewWriteMarks("/a", "/b")}
+	f := newDriftFixture(t, bigNode, []agent.Option{agent.WithDriftWrites(w, time.Minute)}, "/a", "/b")
+	for _, n := range []string{"a", "b"} {
+		submit(t, f.a, spec(n, "/"+n, nil, map[string]string{"cpu": "1", "memory": "256Mi"}))
+	}
+	check := func(wantChecked, wantSkipped, wantLookups int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !f.a.Idle(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("containers not idle after 5 s")
+			}
+		}
+		w.take()
+		r := f.a.DriftCheck(context.Background())
+		if n := w.take(); r.Checked != wantChecked || r.Skipped != wantSkipped || n != wantLookups {
+			t.Fatalf("drift check: %d read, %d skipped, %d marks looked up; want %d, %d, %d", r.Checked, r.Skipped, n, wantChecked, wantSkipped, wantLookups)
+		}
+	}
+	check(2, 0, 2) // the sweep: every container read, its mark taken
+	f.clk.Add(10 * time.Second)
+	check(0, 2, 0) // quiet: nothing looked up
+	w.Write("/b")  // a write the hook saw, to the files' own values
+	f.clk.Add(10 * time.Second)
+	check(1, 1, 2)
+	f.clk.Add(10 * time.Second)
+	check(0, 2, 0)
 }

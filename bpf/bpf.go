@@ -362,6 +362,23 @@ func (t *Tracker) LimitWriteStamp(cgroupID uint64) (ns uint64, ok bool, err erro
 	return ns, true, nil
 }
 
+// AnyLimitWriteStamp is the kernel time of the last limit write to any
+// cgroup (0: none seen since the programs were attached); ok is false
+// when the hook is not attached. Equal stamps taken at two times mean
+// that no cgroup's cpu.max, cpu.weight or memory.max was written in
+// between.
+func (t *Tracker) AnyLimitWriteStamp() (ns uint64, ok bool, err error) {
+	if !t.TimesLimitWrites() {
+		return 0, false, nil
+	}
+	ns, _, err = t.LimitWriteStamp(anyCgroup)
+	return ns, err == nil, err
+}
+
+// anyCgroup is limit_writes' key for the last write to any cgroup: no
+// cgroup has id 0 (the root's is 1).
+const anyCgroup = 0
+
 // monoToWall turns a bpf_ktime_get_ns time (CLOCK_MONOTONIC) into the wall
 // clock, by the two clocks' offset now.
 func monoToWall(ns uint64) time.Time {

@@ -142,7 +142,22 @@ func TestRunqLatencyByCgroup(t *testing.T) {
 	tr := load(t)
 
 	startHelper(t, idle, "idle")
-	time.Sleep(300 * time.Millisecond) // let it start up and fall asleep
+	// Let it start up and fall asleep: until its cgroup sees no run-queue
+	// wait for 300 ms. A fixed 300 ms was too short on a loaded host (CI,
+	// beside a VM and builds): the helper's start-up (the Go runtime's
+	// init, its first GC) still ran in the window, and its waits counted
+	// against the idle cgroup.
+	quiet := time.Now().Add(10 * time.Second)
+	for last := ^uint64(0); ; time.Sleep(300 * time.Millisecond) {
+		st, err := tr.Stats(idle.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.RunqLatency.Count == last || time.Now().After(quiet) {
+			break
+		}
+		last = st.RunqLatency.Count
+	}
 
 	n := runtime.NumCPU() + 2
 	var pids []int
@@ -584,8 +599,14 @@ func TestLimitWriteTimed(t *testing.T) {
 			t.Fatalf("after writing %s: %v, %v", f.file, ok, err)
 		}
 		within(f.file, at, before, after)
+		// The last write to any cgroup is this one.
+		own, _, _ := tr.LimitWriteStamp(cg.id)
+		if any, ok, err := tr.AnyLimitWriteStamp(); err != nil || !ok || any != own {
+			t.Errorf("after writing %s: the last write anywhere %d (%v, %v), want this cgroup's %d", f.file, any, ok, err, own)
+		}
 	}
 	last, _, _ := tr.LastLimitWrite(cg.id)
+	anyLast, _, _ := tr.AnyLimitWriteStamp()
 	time.Sleep(20 * time.Millisecond)
 	cg.write(t, "memory.high", "max")
 	if err := os.WriteFile(cg.path+"/cpu.max", []byte("nonsense"), 0); err == nil {
@@ -593,5 +614,8 @@ func TestLimitWriteTimed(t *testing.T) {
 	}
 	if at, _, _ := tr.LastLimitWrite(cg.id); at.Sub(last).Abs() > time.Millisecond {
 		t.Errorf("memory.high and a failed cpu.max write moved the time from %v to %v", last, at)
+	}
+	if any, _, _ := tr.AnyLimitWriteStamp(); any != anyLast {
+		t.Errorf("memory.high and a failed cpu.max write moved the last write anywhere from %d to %d", anyLast, any)
 	}
 }

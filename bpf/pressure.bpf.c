@@ -434,7 +434,11 @@ int on_oom_kill_chosen(u64 *ctx)
  * file's mtime on truncation only, and runc does not truncate), so the
  * time is taken here: CLOCK_MONOTONIC ns when a write to one of the three
  * limit files of a cgroup returned with success, per cgroup v2 id of the
- * file's directory. fexit: the value is in place by then.
+ * file's directory. fexit: the value is in place by then. Key 0 (no
+ * cgroup has id 0) holds the last write to any cgroup's: a drift check
+ * that finds it unchanged knows nothing was written anywhere, without a
+ * lookup per cgroup. Written at every write, it is never the least
+ * recently used entry, so the LRU never evicts it.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -475,6 +479,8 @@ int on_cgroup_file_write(u64 *ctx)
 		dir = BPF_CORE_READ((struct kernfs_node___old *)kn, parent);
 	id = BPF_CORE_READ(dir, id);
 	now = bpf_ktime_get_ns();
+	bpf_map_update_elem(&limit_writes, &id, &now, BPF_ANY);
+	id = 0;
 	bpf_map_update_elem(&limit_writes, &id, &now, BPF_ANY);
 	return 0;
 }

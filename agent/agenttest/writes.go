@@ -13,6 +13,7 @@ import (
 type WriteMarks struct {
 	mu    sync.Mutex
 	marks map[string]pressure.WriteMark
+	any   uint64 // Writes so far: the hook's last write to any cgroup
 }
 
 // NewWriteMarks gives each path a mark of its own, with no write seen.
@@ -39,4 +40,13 @@ func (w *WriteMarks) Write(p string) {
 	m := w.marks[p]
 	m.Stamp++
 	w.marks[p] = m
+	w.any++
+}
+
+// AnyLimitWriteStamp moves with every Write, as the hook's stamp of the
+// last write to any cgroup does.
+func (w *WriteMarks) AnyLimitWriteStamp() (uint64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.any, true
 }

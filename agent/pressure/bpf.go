@@ -69,6 +69,23 @@ func (b BPF) LimitWriteMark(p string) (m WriteMark, ok bool) {
 	return WriteMark{Cgroup: id, Stamp: ns}, true
 }
 
+type anyLimitWriter interface {
+	AnyLimitWriteStamp() (uint64, bool, error)
+}
+
+// AnyLimitWriteStamp is the kernel's stamp of the last write to any
+// cgroup's limit files; equal stamps at two times mean nothing was written
+// in between. ok is false when the hook is not attached or the map cannot
+// be read.
+func (b BPF) AnyLimitWriteStamp() (uint64, bool) {
+	aw, isAW := b.T.(anyLimitWriter)
+	if !isAW {
+		return 0, false
+	}
+	ns, ok, err := aw.AnyLimitWriteStamp()
+	return ns, ok && err == nil
+}
+
 // TimesLimitWrites reports whether LastLimitWrite can say anything.
 func (b BPF) TimesLimitWrites() bool {
 	lw, ok := b.T.(limitWriter)

@@ -234,14 +234,29 @@ func TestCompanion(t *testing.T) {
 			}
 			return ""
 		})
-		it := e.waitState(p1, "web", intent.Proposed)
-		if it.Status.Reason != kube.ReasonPatched {
-			t.Errorf("intent %+v", it.Status)
-		}
+		// The intent is Proposed from its submission, and Patched once the
+		// agent has seen the API server take its patch: a moment after the
+		// spec shows it (CI, under load, read it in between).
+		var it intent.Intent
+		eventually(t, 30*time.Second, "the intent Proposed and Patched", func() string {
+			if it = e.intentOf(p1, "web"); it.Status.State != intent.Proposed || it.Status.Reason != kube.ReasonPatched {
+				return fmt.Sprintf("%s is %s/%s (%s)", it.ID, it.Status.State, it.Status.Reason, it.Status.Message)
+			}
+			return ""
+		})
 		// The agent wrote no cgroup file: the kubelet actuates.
 		if got := e.ra.File(t, cgroupOf(p1.UID, "web"), "cpu.max"); got != "max 100000" {
 			t.Errorf("cpu.max %q: the agent wrote it", got)
 		}
+		// The agent's condition follows its patch: wait for its write.
+		eventually(t, 30*time.Second, "the agent's status write", func() string {
+			for _, m := range managers(t, admin, p1) {
+				if strings.HasPrefix(m, kube.FieldManager+" Update status ") {
+					return ""
+				}
+			}
+			return "not yet"
+		})
 		var resize, status bool
 		for _, m := range managers(t, admin, p1) {
 			if strings.HasPrefix(m, kube.FieldManager+" Update resize ") {
