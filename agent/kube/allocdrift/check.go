@@ -112,6 +112,13 @@ type LimitWrites interface {
 	LimitWriteMark(cgroupPath string) (pressure.WriteMark, bool)
 }
 
+// anyWrites is a LimitWrites that also stamps the last write to any
+// cgroup (pressure.BPF): a check that finds the stamp where the last one
+// took it skips its clean cgroups without a lookup each.
+type anyWrites interface {
+	AnyLimitWriteStamp() (uint64, bool)
+}
+
 // Finding is one drift acted on.
 type Finding struct {
 	Pod       types.NamespacedName
@@ -139,6 +146,10 @@ type Checker struct {
 	// everything.
 	clean map[string]cleanRead
 	swept time.Time
+	// anyStamp is the last write to any cgroup as the last whole check
+	// found it before its reads (anyOK: it could be read).
+	anyStamp uint64
+	anyOK    bool
 }
 
 // cleanRead is what a skipped read must have in common with the last clean
@@ -338,6 +349,13 @@ func (c *Checker) Check(ctx context.Context) Result {
 	if sweep {
 		c.swept = now
 	}
+	var anyStamp uint64
+	var anyOK, quiet bool
+	if aw, ok := c.opts.Writes.(anyWrites); ok {
+		anyStamp, anyOK = aw.AnyLimitWriteStamp()
+		quiet = !sweep && anyOK && c.anyOK && anyStamp == c.anyStamp
+		c.anyOK = false // kept below once this check has seen every cgroup
+	}
 	c.mu.Unlock()
 	seen := map[string]bool{}
 	podPaths := map[types.UID]string{}
@@ -357,7 +375,7 @@ func (c *Checker) Check(ctx context.Context) Result {
 			}
 		}
 		want := Expected(t.res, c.opts.Period)
-		r, skip := c.unwritten(t.id, path, want, t.altWeight, sweep)
+		r, skip := c.unwritten(t.id, path, want, t.altWeight, sweep, quiet)
 		if skip {
 			seen[t.id] = true
 			res.Skipped++
@@ -380,7 +398,7 @@ func (c *Checker) Check(ctx context.Context) Result {
 		path := podPaths[p.UID]
 		key := "pod/" + string(p.UID)
 		want := c.stored(path, PodExpected(p, c.opts.Period))
-		r, skip := c.unwritten(key, path, want, 0, sweep)
+		r, skip := c.unwritten(key, path, want, 0, sweep, quiet)
 		if skip {
 			seen[key] = true
 			res.Skipped++
@@ -396,6 +414,9 @@ func (c *Checker) Check(ctx context.Context) Result {
 		c.keep(key, r, clean)
 	}
 	c.mu.Lock()
+	if anyOK && ctx.Err() == nil {
+		c.anyStamp, c.anyOK = anyStamp, true
+	}
 	for id := range c.state {
 		if !seen[id] {
 			delete(c.state, id)
@@ -422,12 +443,10 @@ func (c *Checker) Check(ctx context.Context) Result {
 // are read) and says whether the read can be skipped: not a sweep, and the
 // cgroup clean at its last read with the same expected values and mark.
 // r is what keep records when this read finds it clean; ok false: no mark.
-func (c *Checker) unwritten(key, path string, want spec.Resources, alt uint64, sweep bool) (r *cleanRead, skip bool) {
+// quiet: nothing was written anywhere since the last check, so the mark is
+// the last clean read's without looking it up.
+func (c *Checker) unwritten(key, path string, want spec.Resources, alt uint64, sweep, quiet bool) (r *cleanRead, skip bool) {
 	if c.opts.Writes == nil {
-		return nil, false
-	}
-	m, ok := c.opts.Writes.LimitWriteMark(path)
-	if !ok {
 		return nil, false
 	}
 	var b strings.Builder
@@ -435,10 +454,17 @@ func (c *Checker) unwritten(key, path string, want spec.Resources, alt uint64, s
 		b.WriteString(v.File + "=" + v.Data + ";")
 	}
 	fmt.Fprintf(&b, "alt=%d", alt)
-	r = &cleanRead{want: b.String(), mark: m}
 	c.mu.Lock()
 	last, had := c.clean[key]
 	c.mu.Unlock()
+	if quiet && had && last.want == b.String() {
+		return &last, true
+	}
+	m, ok := c.opts.Writes.LimitWriteMark(path)
+	if !ok {
+		return nil, false
+	}
+	r = &cleanRead{want: b.String(), mark: m}
 	return r, !sweep && had && last == *r
 }
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/resizer/resize-agent/agent/agenttest"
+	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/agent/kube/allocdrift"
 	"github.com/resizer/resize-agent/cgroup/spec"
 	"github.com/resizer/resize-agent/cri"
@@ -362,5 +363,35 @@ func TestFollowsWrites(t *testing.T) {
 	}
 	if r := h.check(time.Minute); r.Checked != 1 || r.Drifted != 1 {
 		t.Fatalf("sweep: %+v, want read and drifted", r)
+	}
+}
+
+// countedMarks counts the lookups of a cgroup's mark.
+type countedMarks struct {
+	*agenttest.WriteMarks
+	lookups int
+}
+
+func (c *countedMarks) LimitWriteMark(p string) (pressure.WriteMark, bool) {
+	c.lookups++
+	return c.WriteMarks.LimitWriteMark(p)
+}
+
+// Nothing written anywhere since the last check: the clean container is
+// skipped without a lookup of its mark; a write anywhere brings the
+// lookup back.
+func TestQuietNodeLooksNothingUp(t *testing.T) {
+	w := &countedMarks{WriteMarks: agenttest.NewWriteMarks("/kubepods/c1")}
+	h := newHarness(t, "", func(o *allocdrift.Options) { o.Writes, o.Sweep = w, time.Minute })
+	if r := h.check(0); r.Checked != 1 || w.lookups != 1 {
+		t.Fatalf("first check: %+v, %d lookups", r, w.lookups)
+	}
+	w.lookups = 0
+	if r := h.check(10 * time.Second); r.Skipped != 1 || w.lookups != 0 {
+		t.Fatalf("quiet: %+v, %d lookups, want skipped with none", r, w.lookups)
+	}
+	w.Write("/elsewhere")
+	if r := h.check(10 * time.Second); r.Skipped != 1 || w.lookups != 1 {
+		t.Fatalf("a write elsewhere: %+v, %d lookups, want skipped after one", r, w.lookups)
 	}
 }
