@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/resizer/resize-agent/agent/agenttest"
-	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/agent/kube/allocdrift"
+	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cgroup/spec"
 	"github.com/resizer/resize-agent/cri"
 )
