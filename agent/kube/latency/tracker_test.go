@@ -718,20 +718,7 @@ func TestCgroupPhaseIsTheWrite(t *testing.T) {
 // before the tracker's first look: the window before then ends at the
 // container's newest sample (CI's walkthrough had none at all).
 func TestBeforeWindowWhenTheCgroupIsGone(t *testing.T) {
-	f := newFixture(t)
-	started := f.clock.Add(-20 * time.Second)
-	p := testPod(1, small)
-	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
-	f.observe(p)
-	f.at(100 * time.Millisecond) // located and sampled
-	f.q.counts[ctrCgroup] = []uint64{10, 60, 100}
-	cgrouptest.FakePressure(t, f.root, ctrCgroup, 1_500_000, 80, 0)
-	f.at(5 * time.Second) // sampled again, with the waits
-	sampled := f.clock
-
-	p = resized(2, f.clock)
-	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
-	f.observe(p)
+	f, sampled := sampledThenResized(t)
 	if err := os.RemoveAll(filepath.Join(f.root, ctrCgroup)); err != nil {
 		t.Fatal(err)
 	}
@@ -750,25 +737,33 @@ func TestBeforeWindowWhenTheCgroupIsGone(t *testing.T) {
 	}
 }
 
+// sampledThenResized is a container started 20 s ago, sampled twice (the
+// second time with run-queue waits and pressure), then resized: the
+// resize is seen at the next tick. sampled is the second sample's time.
+func sampledThenResized(t *testing.T) (f *fixture, sampled time.Time) {
+	t.Helper()
+	f = newFixture(t)
+	started := f.clock.Add(-20 * time.Second)
+	p := testPod(1, small)
+	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
+	f.observe(p)
+	f.at(100 * time.Millisecond) // located and sampled
+	f.q.counts[ctrCgroup] = []uint64{10, 60, 100}
+	cgrouptest.FakePressure(t, f.root, ctrCgroup, 1_500_000, 80, 0)
+	f.at(5 * time.Second) // sampled again, with the waits
+	sampled = f.clock
+	p = resized(2, f.clock)
+	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
+	f.observe(p)
+	return f, sampled
+}
+
 // A read that comes back without cpu.stat and CPU PSI (containerd's
 // cgroups library reads missing files as none: a cgroup removed during the
 // read, as CI's walkthrough saw) does not end the window before, which
 // would then say "no throttling, no PSI": the newest whole sample does.
 func TestBeforeWindowSkipsAPartialRead(t *testing.T) {
-	f := newFixture(t)
-	started := f.clock.Add(-20 * time.Second)
-	p := testPod(1, small)
-	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
-	f.observe(p)
-	f.at(100 * time.Millisecond)
-	f.q.counts[ctrCgroup] = []uint64{10, 60, 100}
-	cgrouptest.FakePressure(t, f.root, ctrCgroup, 1_500_000, 80, 0)
-	f.at(5 * time.Second)
-	sampled := f.clock
-
-	p = resized(2, f.clock)
-	p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Time{Time: started}
-	f.observe(p)
+	f, sampled := sampledThenResized(t)
 	for _, name := range []string{"cpu.stat", "cpu.pressure"} {
 		if err := os.Remove(filepath.Join(f.root, ctrCgroup, name)); err != nil {
 			t.Fatal(err)
