@@ -99,8 +99,8 @@ type anyWrites interface {
 // were clean at its last check, and whose cgroup (and pod cgroup) nothing
 // has written since, is not read again; every container is still read
 // every sweep (default a minute), for the
-// writes the hook cannot see (cpu.weight.nice; a cgroup the kernel map lost
-// before it was seen). Reading four files of each idle container every
+// writes the hook cannot see (a cgroup the kernel map lost before it was
+// ever seen). Reading four files of each idle container every
 // interval was the agent's cost at rest on a node of 1,000 (issue 16).
 func WithDriftWrites(w LimitWrites, sweep time.Duration) Option {
 	return func(a *Agent) { a.drift.writes, a.drift.sweep = w, sweep }

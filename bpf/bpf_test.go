@@ -589,7 +589,7 @@ func TestLimitWriteTimed(t *testing.T) {
 			t.Errorf("%s: timed %v, want between %v and %v", what, at.Format(time.StampMicro), before.Format(time.StampMicro), after.Format(time.StampMicro))
 		}
 	}
-	for _, f := range []struct{ file, value string }{{"cpu.max", "50000 100000"}, {"cpu.weight", "50"}, {"memory.max", "104857600"}} {
+	for _, f := range []struct{ file, value string }{{"cpu.max", "50000 100000"}, {"cpu.weight", "50"}, {"memory.max", "104857600"}, {"cpu.weight.nice", "5"}} {
 		time.Sleep(20 * time.Millisecond)
 		before := time.Now()
 		cg.write(t, f.file, f.value)

@@ -463,7 +463,7 @@ int on_cgroup_file_write(u64 *ctx)
 	struct kernfs_open_file *of = (struct kernfs_open_file *)ctx[0];
 	long ret = (long)ctx[4];
 	struct kernfs_node *kn, *dir;
-	char name[12] = {};
+	char name[16] = {};
 	u64 id, now;
 
 	if (ret <= 0)
@@ -471,7 +471,9 @@ int on_cgroup_file_write(u64 *ctx)
 	kn = BPF_CORE_READ(of, kn);
 	if (bpf_probe_read_kernel_str(name, sizeof(name), BPF_CORE_READ(kn, name)) < 0)
 		return 0;
-	if (!same(name, "cpu.max", 8) && !same(name, "cpu.weight", 11) && !same(name, "memory.max", 11))
+	/* cpu.weight.nice sets cpu.weight too. */
+	if (!same(name, "cpu.max", 8) && !same(name, "cpu.weight", 11) && !same(name, "memory.max", 11) &&
+	    !same(name, "cpu.weight.nice", 16))
 		return 0;
 	if (bpf_core_field_exists(((struct kernfs_node___new *)0)->__parent))
 		dir = BPF_CORE_READ((struct kernfs_node___new *)kn, __parent);

@@ -32,6 +32,15 @@ import (
 	"github.com/resizer/resize-agent/cri"
 )
 
+// driftSweeps: where the eBPF hook times limit writes, every driftSweeps-th
+// drift check reads every container's files (5 minutes at the default
+// --drift-interval). The hook sees every write to cpu.max, cpu.weight,
+// cpu.weight.nice and memory.max; the sweep is for a cgroup whose map
+// entry was evicted before it was ever seen (4,096 cgroups written within
+// one interval). At every sixth check, as before, it was most of the
+// agent's CPU at rest with 1,000 containers (issue 16).
+const driftSweeps = 30
+
 // run is the daemon: it returns when ctx ends (nil after a clean shutdown)
 // or when it cannot start.
 func run(ctx context.Context, o *Options, log *slog.Logger) error {
@@ -99,10 +108,11 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	for _, src := range sources {
 		if b, ok := src.(pressure.BPF); ok && b.TimesLimitWrites() {
 			// Drift checks read only what was written since; a full read
-			// every six intervals catches what the hook cannot see.
-			agentOpts = append(agentOpts, agent.WithDriftWrites(b, 6*s.driftEvery))
-			capCfg.Drift.Writes, capCfg.Drift.Sweep = b, 6*s.driftEvery
-			log.Info("drift checks follow the kernel's limit writes", "sweep", 6*s.driftEvery)
+			// every driftSweeps intervals catches what the hook cannot see.
+			sweep := driftSweeps * s.driftEvery
+			agentOpts = append(agentOpts, agent.WithDriftWrites(b, sweep))
+			capCfg.Drift.Writes, capCfg.Drift.Sweep = b, sweep
+			log.Info("drift checks follow the kernel's limit writes", "sweep", sweep)
 		}
 	}
 	// Exits free capacity for Deferred intents the moment they happen.

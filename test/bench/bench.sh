@@ -8,8 +8,9 @@
 #   BENCH_N_RUNTIME  resizes per method that goes through containerd (default 200:
 #                    under TCG on a loaded host one round of those four takes ~2-3 s,
 #                    so 1000 would take 35-50 min alone)
-#   BENCH_REST       how long the agent is sampled at rest (default 60s:
-#                    a drift sweep, see agent.WithDriftWrites, falls in it)
+#   BENCH_REST       how long the agent is sampled at rest (default 60s; the
+#                    row with 1,001 containers at least 5 minutes, the drift
+#                    sweep's period, see driftSweeps in cmd/resize-agent/run.go)
 #   BENCH_COUNT      -count of the microbenchmarks (default 6, the fewest for which
 #                    benchstat gives a 95% confidence interval)
 #   BENCH_NODE       0 leaves out the Kubernetes resize on the real node (test/node

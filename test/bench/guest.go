@@ -269,6 +269,10 @@ func concurrent(d *daemon, ms []*method, workers, total int) ThroughputRow {
 // rest is sampled.
 const settle = 10 * time.Second
 
+// driftSweep is the daemon's drift sweep at the default --drift-interval
+// with the eBPF hook (driftSweeps in cmd/resize-agent/run.go).
+const driftSweep = 5 * time.Minute
+
 func benchPaths(parent string, n int) ([]string, error) {
 	var out []string
 	for i := range n {
@@ -323,7 +327,9 @@ func (g *guest) scale(d *daemon) error {
 	}
 	time.Sleep(settle)
 	a, _ := sample(d.pid())
-	time.Sleep(g.cfg.rest)
+	// Over the drift sweep's period at least, so that one sweep (every
+	// container's files read) falls in it.
+	time.Sleep(max(g.cfg.rest, driftSweep))
 	b, _ := sample(d.pid())
 	g.res.Cost = append(g.res.Cost, costRow(d.bpf, "at rest, after the throughput runs", len(managed), a, b, 0))
 	g.phase("throughput and scaling", start)

@@ -28,7 +28,7 @@ func main() {
 		fs.IntVar(&c.n, "n", 1000, "resizes per method in the latency comparison, and the scale of the other runs")
 		fs.IntVar(&c.nRuntime, "n-runtime", 0, "resizes per method that goes through containerd (default: -n)")
 		fs.IntVar(&c.workers, "workers", 16, "concurrent API clients in the throughput runs")
-		fs.DurationVar(&c.rest, "rest", time.Minute, "how long the agent's cost at rest is sampled (a drift sweep falls in a minute)")
+		fs.DurationVar(&c.rest, "rest", time.Minute, "how long the agent's cost at rest is sampled (the row with 1,001 containers: at least the drift sweep's 5 minutes)")
 		fs.StringVar(&c.bpf, "bpf", "on", "the daemon's --bpf for the latency and throughput runs")
 		_ = fs.Parse(os.Args[2:])
 		if c.nRuntime <= 0 || c.nRuntime > c.n {
