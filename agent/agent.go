@@ -281,7 +281,9 @@ type resolved struct {
 	pod         string // the kubelet's pod cgroup of a runtime container, if any
 	ctr         *cri.Container
 	listed      []cri.Container // the running containers of ctr's pod, by the runtime
-	known       bool            // from the agent's own record (known), not the runtime
+	marks       map[string]pressure.WriteMark
+	markedAt    time.Time // marks: the pod cgroup's children's, taken before listed (podListing)
+	known       bool      // from the agent's own record (known), not the runtime
 }
 
 // resolve finds a target, asking the runtime for a runtime's container. It
@@ -335,6 +337,9 @@ func (a *Agent) resolve(t intent.Target) (resolved, error) {
 	if ct.PodUID != "" {
 		// For the pod's QoS class, which the containers the agent does
 		// not manage count in too.
+		if out.pod != "" {
+			out.markedAt, out.marks = a.now(), a.podMarks(out.pod)
+		}
 		out.listed = podContainers(ctx, a.act, a.log, ct.PodUID)
 	}
 	return out, nil
@@ -456,6 +461,7 @@ func (a *Agent) learnRuntimeLocked(c *container, res resolved) {
 	c.ctr = &ct
 	if c.pod != nil && res.listed != nil {
 		c.pod.setListing(res.listed)
+		c.pod.marks, c.pod.markedAt = res.marks, res.markedAt
 	}
 }
 

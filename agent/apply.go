@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/resizer/resize-agent/agent/admission"
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/metrics"
+	"github.com/resizer/resize-agent/agent/pressure"
 	"github.com/resizer/resize-agent/cri"
 )
 
@@ -239,25 +241,102 @@ func (a *Agent) restartNeeded(spec intent.Spec, old, want intent.Resources, repo
 // podListing is what the runtime last listed of the pod's containers, for
 // the pod cgroup's sums. It lists again only when that may be stale
 // (pod.listedOK), or when the pod has containers the agent does not
-// manage: their resources change behind its back (the kubelet resizes
-// them), and the pod cgroup must leave them room. A pod whose containers
-// are all managed is summed from the agent's own records. Called with the
-// pod's resize lock held.
+// manage whose cgroups may have changed since (pod.marks): their resources
+// change behind its back (the kubelet resizes them), and the pod cgroup
+// must leave them room. A pod whose containers are all managed is summed
+// from the agent's own records. Called with the pod's resize lock held.
 func (a *Agent) podListing(pd *pod, podUID string) []cri.Container {
 	if pd == nil {
 		return nil
 	}
 	a.mu.Lock()
-	listed, ok := pd.listed, pd.listedOK && len(pd.others) == 0
+	listed, ok, marks := pd.listed, pd.listedOK, pd.marks
+	others := len(pd.others) > 0
+	// The hook's map forgets the cgroups written least recently: a sibling
+	// it forgot and that was written since would keep its mark, so the
+	// marks are trusted for a drift sweep's period, as the drift check
+	// trusts them.
+	if a.now().Sub(pd.markedAt) >= a.drift.sweepOr() {
+		marks = nil
+	}
+	var members []string
+	for _, o := range pd.members {
+		members = append(members, o.cgroup)
+	}
 	a.mu.Unlock()
-	if ok {
+	if ok && (!others || a.podUnchanged(pd.cgroup, marks, members)) {
 		return listed
 	}
+	// The marks before the listing: a write between the two only lists
+	// again next time.
+	markedAt := a.now()
+	marks = a.podMarks(pd.cgroup)
 	listed = podContainers(context.Background(), a.act, a.log, podUID)
 	a.mu.Lock()
 	pd.setListing(listed)
+	if listed != nil {
+		pd.marks, pd.markedAt = marks, markedAt
+	}
 	a.mu.Unlock()
 	return listed
+}
+
+// childLister is a Cgroups that lists a cgroup's children
+// (*cgroup.Manager does).
+type childLister interface {
+	Children(path string) ([]string, error)
+}
+
+// podMarks are the limit-write marks of the pod cgroup's children; nil
+// when they cannot all be had (no eBPF hook, a child it cannot name).
+func (a *Agent) podMarks(podCgroup string) map[string]pressure.WriteMark {
+	cl, ok := a.cg.(childLister)
+	if !ok || a.drift.writes == nil {
+		return nil
+	}
+	children, err := cl.Children(podCgroup)
+	if err != nil {
+		return nil
+	}
+	marks := make(map[string]pressure.WriteMark, len(children))
+	for _, ch := range children {
+		m, ok := a.drift.writes.LimitWriteMark(ch)
+		if !ok {
+			return nil
+		}
+		marks[ch] = m
+	}
+	return marks
+}
+
+// podUnchanged reports whether the pod cgroup has the children it had
+// when marks were taken, and those that are not members' cgroups hold the
+// same marks (the members' are the agent's own writes).
+func (a *Agent) podUnchanged(podCgroup string, marks map[string]pressure.WriteMark, members []string) bool {
+	if marks == nil {
+		return false
+	}
+	cl, ok := a.cg.(childLister)
+	if !ok {
+		return false
+	}
+	children, err := cl.Children(podCgroup)
+	if err != nil || len(children) != len(marks) {
+		return false
+	}
+	for _, ch := range children {
+		was, ok := marks[ch]
+		if !ok {
+			return false
+		}
+		if slices.Contains(members, ch) {
+			continue
+		}
+		if m, ok := a.drift.writes.LimitWriteMark(ch); !ok || m != was {
+			return false
+		}
+	}
+	return true
 }
 
 // replaced reports whether the runtime runs another container in place of

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -182,12 +183,21 @@ type pod struct {
 	// does not list the pod (issue 16).
 	listed   []cri.Container
 	listedOK bool
+	// marks are the limit-write marks of the pod cgroup's children, taken
+	// just before listed was listed (nil: not taken). While the pod
+	// cgroup has the same children and those that are not members hold
+	// the same marks, no container of the pod the agent does not manage
+	// has started, stopped or been updated (each writes its cgroup's
+	// limit files), and listed still holds: a resize of a container with
+	// unmanaged siblings need not list the pod (issue 16).
+	marks    map[string]pressure.WriteMark
+	markedAt time.Time
 }
 
 // setListing records the pod's containers as the runtime listed them.
 func (p *pod) setListing(listed []cri.Container) {
 	p.setOthers(listed)
-	p.listed, p.listedOK = listed, listed != nil
+	p.listed, p.listedOK, p.marks = listed, listed != nil, nil
 }
 
 // staleListing makes the next resize of the pod list it again.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/resizer/resize-agent/agent"
 	"github.com/resizer/resize-agent/agent/admission"
@@ -125,4 +126,109 @@ func TestKnownContainerNoLookup(t *testing.T) {
 	if got := rt.take(); got["Update"] != 1 || len(got) != 1 {
 		t.Errorf("after following the restart: runtime calls %v, want exactly one Update", got)
 	}
+}
+
+// TestUnmanagedSiblingNoListing: a resize of a container whose pod has a
+// container the agent does not manage lists the pod only when the
+// kernel's limit-write marks say a sibling may have changed (updated,
+// started, stopped), and then sums the pod cgroup with what the runtime
+// reports of it now; without the marks it lists every time.
+func TestUnmanagedSiblingNoListing(t *testing.T) {
+	const pod = "/kubepods/burstable/poduid-1"
+	setup := func(t *testing.T, marked bool) (*countingRuntime, *agent.Agent, string, *agenttest.WriteMarks) {
+		root := cgrouptest.FakeTree(t, pod, pod+"/web", pod+"/side")
+		cg := cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())
+		rt := &countingRuntime{Runtime: agenttest.NewRuntime(cg), calls: map[string]int{}}
+		marks := agenttest.NewWriteMarks(pod, pod+"/web", pod+"/side")
+		opts := []agent.Option{agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), agent.WithRuntime(rt)}
+		if marked {
+			opts = append(opts, agent.WithDriftWrites(marks, time.Hour))
+		}
+		a := agent.New(rt.Cgroups(), admission.NewLedger(admission.Capacity{MilliCPU: 8000, Memory: 8 * gi}), opts...)
+		t.Cleanup(func() { a.Close(context.Background()) })
+		rt.Add("uid-1", "web", pod+"/web")
+		side := rt.Add("uid-1", "side", pod+"/side")
+		if err := rt.Update(context.Background(), side.ID, cri.Resources{CPUShares: 1024, CPUPeriod: 100000, CPUQuota: 100000}); err != nil {
+			t.Fatal(err)
+		}
+		return rt, a, root, marks
+	}
+	resize := func(t *testing.T, a *agent.Agent, cpu string) {
+		t.Helper()
+		s := intent.Spec{Target: intent.Target{Name: "web", PodUID: "uid-1"}}
+		s.Resources.Limits = list2(map[string]string{"cpu": cpu})
+		want(t, submit(t, a, s), intent.Completed, "")
+	}
+	podMax := func(t *testing.T, root, want string) {
+		t.Helper()
+		if got := cgrouptest.ReadFile(t, root, pod, "cpu.max"); got != want {
+			t.Errorf("pod cpu.max = %q, want %q", got, want)
+		}
+	}
+
+	t.Run("marked", func(t *testing.T) {
+		rt, a, root, marks := setup(t, true)
+		resize(t, a, "500m")
+		if got := rt.take(); got["PodContainers"] != 1 {
+			t.Errorf("first intent: runtime calls %v, want one PodContainers (registration)", got)
+		}
+		podMax(t, root, "150000 100000")
+		for i, cpu := range []string{"600m", "700m"} {
+			resize(t, a, cpu)
+			if got := rt.take(); got["Update"] != 1 || len(got) != 1 {
+				t.Errorf("intent %d, nothing written to the sibling: runtime calls %v, want exactly one Update", i+2, got)
+			}
+		}
+		podMax(t, root, "170000 100000")
+
+		// The sibling updated behind the agent's back (the hook sees its
+		// write): listed again once, and the pod cgroup leaves it its room.
+		side, err := rt.Find(context.Background(), "uid-1", "side")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.take()
+		if err := rt.Update(context.Background(), side.ID, cri.Resources{CPUShares: 1024, CPUPeriod: 100000, CPUQuota: 200000}); err != nil {
+			t.Fatal(err)
+		}
+		marks.Write(pod + "/side")
+		rt.take()
+		resize(t, a, "800m")
+		if got := rt.take(); got["PodContainers"] != 1 {
+			t.Errorf("after the sibling's update: runtime calls %v, want one PodContainers", got)
+		}
+		podMax(t, root, "280000 100000")
+		resize(t, a, "900m")
+		if got := rt.take(); got["Update"] != 1 || len(got) != 1 {
+			t.Errorf("listed since: runtime calls %v, want exactly one Update", got)
+		}
+
+		// A container started in the pod: a new child cgroup.
+		cgrouptest.AddFake(t, root, pod+"/extra")
+		rt.Add("uid-1", "extra", pod+"/extra")
+		marks.Write(pod + "/extra")
+		resize(t, a, "1")
+		if got := rt.take(); got["PodContainers"] != 1 {
+			t.Errorf("after a container started: runtime calls %v, want one PodContainers", got)
+		}
+		// extra has no CPU limit, so neither has the pod (the kubelet's rule).
+		podMax(t, root, "max 100000")
+		resize(t, a, "1100m")
+		if got := rt.take(); got["Update"] != 1 || len(got) != 1 {
+			t.Errorf("listed since: runtime calls %v, want exactly one Update", got)
+		}
+	})
+
+	t.Run("unmarked", func(t *testing.T) {
+		rt, a, root, _ := setup(t, false)
+		resize(t, a, "500m")
+		rt.take()
+		for _, cpu := range []string{"600m", "700m"} {
+			resize(t, a, cpu)
+			if got := rt.take(); got["PodContainers"] != 1 || got["Update"] != 1 {
+				t.Errorf("no marks: runtime calls %v, want one PodContainers and one Update", got)
+			}
+		}
+		podMax(t, root, "170000 100000")
+	})
 }

@@ -102,6 +102,8 @@ type anyWrites interface {
 // writes the hook cannot see (a cgroup the kernel map lost before it was
 // ever seen). Reading four files of each idle container every
 // interval was the agent's cost at rest on a node of 1,000 (issue 16).
+// A resize takes the same marks of its pod's other containers' cgroups, to
+// tell whether it must list the pod again (podListing).
 func WithDriftWrites(w LimitWrites, sweep time.Duration) Option {
 	return func(a *Agent) { a.drift.writes, a.drift.sweep = w, sweep }
 }

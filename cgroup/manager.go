@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -194,6 +195,30 @@ func (m *Manager) Exists(p string) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// Children lists the cgroups directly below p, as paths in p's form. The
+// agent compares two listings of a pod cgroup to tell whether a container
+// of the pod started or stopped in between.
+func (m *Manager) Children(p string) ([]string, error) {
+	clean, d, err := m.dir(p)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(d)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, clean)
+		}
+		return nil, fmt.Errorf("cgroup %s: %w", clean, err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, path.Join(clean, e.Name()))
+		}
+	}
+	return out, nil
 }
 
 // Read returns the current limits and memory usage of the cgroup p.

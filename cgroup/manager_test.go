@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -264,6 +265,25 @@ func TestReadFilesWriteFrom(t *testing.T) {
 	for f, want := range map[string]string{"cpu.weight": "100", "cpu.max": "20000 100000", "memory.max": "max"} {
 		if got := cgrouptest.ReadFile(t, root, "/c", f); got != want {
 			t.Errorf("%s = %q after rollback, want %q", f, got, want)
+		}
+	}
+}
+
+// Children lists the cgroups directly below one, not its files, and
+// refuses a path outside the root as every call does.
+func TestChildren(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/pod", "/pod/a", "/pod/b", "/pod/b/inner")
+	m := cgroup.New(cgroup.WithMountpoint(root), cgroup.WithoutFilesystemCheck())
+	got, err := m.Children("/pod")
+	if err != nil || !slices.Equal(got, []string{"/pod/a", "/pod/b"}) {
+		t.Fatalf("Children(/pod) = %v, %v; want [/pod/a /pod/b]", got, err)
+	}
+	if got, err := m.Children("/pod/a"); err != nil || len(got) != 0 {
+		t.Errorf("Children(/pod/a) = %v, %v; want none", got, err)
+	}
+	for p, want := range map[string]error{"/nope": cgroup.ErrNotFound, "/pod/../..": cgroup.ErrInvalidPath, "/pod/cpu.max": cgroup.ErrNotFound} {
+		if _, err := m.Children(p); !errors.Is(err, want) {
+			t.Errorf("Children(%q) = %v, want %v", p, err, want)
 		}
 	}
 }
