@@ -6,9 +6,11 @@
 # test-node. In the foreground meanwhile: the host tests, the VM suite (one
 # vCPU, beside the node's) and the real API server tests. The node's
 # output is printed whole when it ends (bin/node.log), with a heartbeat
-# meanwhile. Warm on 2026-12-05, with the node starting after the host
-# tests, all of it took 1,613 s (27 min): host tests 215 s, VM suite 896 s,
-# API server 69 s, node 1,347 s. TEST_NODE=0 leaves the node out (a quicker
+# meanwhile. Warm on 2026-12-06 all of it took 1,389 s (23 min): host
+# tests done at 342 s, VM suite at 1,118 s, API server at 1,199 s, node at
+# 1,357 s. Cold on 2026-12-07, 3,283 s (55 min): host tests 1,703 s (their
+# compiles beside the node's builds), VM suite 2,646 s, API server 3,048 s,
+# node 3,248 s. TEST_NODE=0 leaves the node out (a quicker
 # run while working on something else; CI never sets it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
