@@ -193,30 +193,28 @@ func TestUnmanagedSiblingNoListing(t *testing.T) {
 		}
 		marks.Write(pod + "/side")
 		rt.take()
-		resize(t, a, "800m")
-		if got := rt.take(); got["PodContainers"] != 1 {
-			t.Errorf("after the sibling's update: runtime calls %v, want one PodContainers", got)
+		// relisted: the next resize lists the pod once and sums it anew;
+		// the one after does not list it.
+		relisted := func(why, cpu, next, wantPod string) {
+			t.Helper()
+			resize(t, a, cpu)
+			if got := rt.take(); got["PodContainers"] != 1 {
+				t.Errorf("after %s: runtime calls %v, want one PodContainers", why, got)
+			}
+			podMax(t, root, wantPod)
+			resize(t, a, next)
+			if got := rt.take(); got["Update"] != 1 || len(got) != 1 {
+				t.Errorf("listed since %s: runtime calls %v, want exactly one Update", why, got)
+			}
 		}
-		podMax(t, root, "280000 100000")
-		resize(t, a, "900m")
-		if got := rt.take(); got["Update"] != 1 || len(got) != 1 {
-			t.Errorf("listed since: runtime calls %v, want exactly one Update", got)
-		}
+		relisted("the sibling's update", "800m", "900m", "280000 100000")
 
-		// A container started in the pod: a new child cgroup.
+		// A container started in the pod: a new child cgroup. It has no
+		// CPU limit, so neither has the pod (the kubelet's rule).
 		cgrouptest.AddFake(t, root, pod+"/extra")
 		rt.Add("uid-1", "extra", pod+"/extra")
 		marks.Write(pod + "/extra")
-		resize(t, a, "1")
-		if got := rt.take(); got["PodContainers"] != 1 {
-			t.Errorf("after a container started: runtime calls %v, want one PodContainers", got)
-		}
-		// extra has no CPU limit, so neither has the pod (the kubelet's rule).
-		podMax(t, root, "max 100000")
-		resize(t, a, "1100m")
-		if got := rt.take(); got["Update"] != 1 || len(got) != 1 {
-			t.Errorf("listed since: runtime calls %v, want exactly one Update", got)
-		}
+		relisted("a container started", "1", "1100m", "max 100000")
 	})
 
 	t.Run("unmarked", func(t *testing.T) {
