@@ -21,7 +21,7 @@ const (
 )
 
 // benchPod is a host-network pod under the kubelet's cgroupfs layout with
-// one sleeping busybox container per method that resizes through the
+// sleeping busybox containers: one per method that resizes through the
 // runtime, so that no two methods change the same cgroup.
 type benchPod struct {
 	rt      runtimeapi.RuntimeServiceClient
@@ -42,7 +42,7 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func newPod(ctx context.Context) (*benchPod, error) {
+func newPod(ctx context.Context, name string) (*benchPod, error) {
 	conn, err := grpc.NewClient("unix://"+containerdSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
@@ -50,8 +50,8 @@ func newPod(ctx context.Context) (*benchPod, error) {
 	p := &benchPod{rt: runtimeapi.NewRuntimeServiceClient(conn), conn: conn}
 	p.uid = randHex(4) + "-" + randHex(2) + "-" + randHex(2) + "-" + randHex(2) + "-" + randHex(6)
 	p.sbCfg = &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: "bench", Namespace: "default", Uid: p.uid},
-		Labels:   map[string]string{cri.LabelPodUID: p.uid, cri.LabelPodName: "bench", cri.LabelPodNamespace: "default"},
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "default", Uid: p.uid},
+		Labels:   map[string]string{cri.LabelPodUID: p.uid, cri.LabelPodName: name, cri.LabelPodNamespace: "default"},
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			CgroupParent: "/kubepods/burstable/pod" + p.uid,
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
@@ -76,7 +76,7 @@ func (p *benchPod) run(ctx context.Context, cc *cri.Client, name string) (benchC
 		Image:    &runtimeapi.ImageSpec{Image: busyboxImage},
 		Command:  []string{"/bin/busybox", "sleep", "100000"},
 		Labels: map[string]string{cri.LabelPodUID: p.uid, cri.LabelContainerName: name,
-			cri.LabelPodName: "bench", cri.LabelPodNamespace: "default"},
+			cri.LabelPodName: p.sbCfg.Metadata.Name, cri.LabelPodNamespace: "default"},
 		Annotations: map[string]string{cri.AnnotationRestartCount: "0"},
 		Linux:       &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{CpuPeriod: 100000, CpuShares: 102}},
 	}
