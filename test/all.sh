@@ -18,7 +18,7 @@ start=$SECONDS
 mark() { echo "test: $* at $((SECONDS - start)) s" >&2; }
 
 mkdir -p bin
-rm -f bin/node.log bin/prebuild.log bin/host-suite.log bin/vm-suite.log bin/k8s-suite.log
+rm -f bin/node.log bin/prebuild.log bin/host-suite.log bin/vm-suite.log bin/k8s-suite.log bin/fuzz.log bin/fuzz.rc
 # Its own process group, so that an interrupted run stops its builds and
 # its VM too. The node's tests get a longer bound than alone, as they share
 # the host.
@@ -37,9 +37,16 @@ trap 'kill -- -"$bg" 2>/dev/null || true' EXIT
 
 rc=0
 # At a lower priority than the node's VM beside them: the node is the
-# longest part, and the VM suite after the host tests has minutes to spare.
-nice -n 5 make test-unit fuzz test-monitoring 2>&1 | tee bin/host-suite.log || rc=$?
+# longest part.
+nice -n 5 make test-unit test-monitoring 2>&1 | tee bin/host-suite.log || rc=$?
 mark "host tests done (exit $rc)"
+# The fuzzers beside the VM suite, at the lowest priority: they have no
+# time bounds to miss, and take what the two VMs leave idle (about 180
+# core-seconds, 90 s of the host's two cores, which the VM suite waited
+# for when they ran before it).
+setsid bash -c 'nice -n 19 make fuzz >bin/fuzz.log 2>&1; echo $? >bin/fuzz.rc' &
+fuzzer=$!
+trap 'kill -- -"$bg" -"$fuzzer" 2>/dev/null || true' EXIT
 v=0
 make test-vm 2>&1 | tee bin/vm-suite.log || v=$?
 mark "VM suite done (exit $v)"
@@ -47,6 +54,11 @@ k=0
 make test-k8s 2>&1 | tee bin/k8s-suite.log || k=$?
 mark "API server tests done (exit $k)"
 ((v == 0 && k == 0)) || rc=1
+wait "$fuzzer" || true
+cat bin/fuzz.log
+f=$(cat bin/fuzz.rc 2>/dev/null || echo 1)
+mark "fuzzers done (exit $f)"
+((f == 0)) || rc=1
 
 # The node (or the builds) may still be running: wait, with a heartbeat,
 # since CI shows nothing else meanwhile.
@@ -68,6 +80,6 @@ fi
 # The last lines CI shows: which tests failed, wherever they ran.
 if ((rc != 0 || nrc != 0)); then
 	echo "test: failed (host/VM/API server exit $rc, node exit $nrc); failing tests:" >&2
-	grep -h -- '--- FAIL' bin/host-suite.log bin/vm-suite.log bin/vm-*.log bin/k8s-suite.log bin/node.log 2>/dev/null | sort -u >&2 || true
+	grep -h -- '--- FAIL' bin/host-suite.log bin/fuzz.log bin/vm-suite.log bin/vm-*.log bin/k8s-suite.log bin/node.log 2>/dev/null | sort -u >&2 || true
 	exit 1
 fi

@@ -179,7 +179,7 @@ func benchPod(ctx context.Context, t *testing.T, c *cluster, node *corev1.Node, 
 			NodeName: node.Name, TerminationGracePeriodSeconds: new(int64),
 			Containers: []corev1.Container{{
 				Name: "app", Image: busybox(), ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"sh", "-c", "trap exit TERM; while :; do sleep 1; done"},
+				Command: []string{"sh", "-c", idle},
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("64Mi")},

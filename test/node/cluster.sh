@@ -67,6 +67,12 @@ kill_tree() {
 	kill "$1" 2>/dev/null
 }
 
+# descendants PID: the PIDs below PID (vm.sh's QEMU).
+descendants() {
+	local c
+	for c in $(ps -o pid= --ppid "$1"); do echo "$c"; descendants "$c"; done
+}
+
 stop_guest() {
 	# One connection to the guest's control port; it powers off on "stop".
 	{ exec 3<>/dev/tcp/10.0.2.15/7000 && echo stop >&3 && exec 3>&-; } 2>/dev/null || true
@@ -207,5 +213,12 @@ RESIZE_AGENT_NODE_KUBECONFIG=$KUBECONFIG RESIZE_AGENT_REQUIRE_NODE=1 KUBECTL=$BI
 	RESIZE_AGENT_NODE_TIMINGS=$logs/timings.txt \
 	nice "${NODE_TEST_BIN:?}" -test.count=1 -test.timeout "${NODE_TEST_TIMEOUT:-30m}" -test.v "$@" || status=$?
 k get pods -A -o wide >"$logs/pods.txt" 2>&1 || true
+# The host's side of the budget: CPU seconds of the control plane and of
+# the node's QEMU (its vCPU thread is most of it).
+{
+	echo "CPU seconds of the cluster's processes, $(since) s after it began:"
+	list=$(echo "${pids[@]}" $(descendants "$vmpid") | tr ' ' ,)
+	ps -o times=,comm= -p "$list" | sort -rn
+} >"$logs/cpu-host.txt" 2>&1 || true
 say "tests done (exit $status) at $(since) s"
 exit "$status"

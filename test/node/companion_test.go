@@ -235,7 +235,7 @@ func companionPod(t *testing.T, c *cluster, node *corev1.Node, name string, memP
 			TerminationGracePeriodSeconds: new(int64),
 			Containers: []corev1.Container{{
 				Name: "app", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"sh", "-c", "echo started; trap exit TERM; while :; do sleep 1; done"},
+				Command: []string{"sh", "-c", "echo started; " + idle},
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("64Mi")},

@@ -129,6 +129,23 @@ systemctl daemon-reload
 systemctl start kubelet || { say "ERROR: systemctl start kubelet failed"; exit 1; }
 say "kubelet started ($(cut -d' ' -f1 /proc/uptime) s since the kernel started)"
 
+# Where the node's one vCPU goes (the node suite's budget is that vCPU):
+# CPU seconds by cgroup, every minute and at the end, in
+# /var/log/node/cpu.txt. A cgroup's usage includes its removed children's,
+# so kubepods.slice holds every test pod's; the busiest live leaves show
+# who inside it.
+cpu_report() {
+	{
+		echo "== $(cut -d' ' -f1 /proc/uptime) s since boot; /proc/stat: $(head -1 /proc/stat)"
+		find /sys/fs/cgroup -maxdepth 5 -name cpu.stat | while read -r f; do
+			u=$(sed -n 's/^usage_usec //p' "$f")
+			[ "${u:-0}" -ge 1000000 ] && echo "$((u / 1000000)) s ${f%/cpu.stat}"
+		done | sort -rn | head -25
+	} >>/var/log/node/cpu.txt 2>&1
+}
+(while sleep 60; do cpu_report; done) &
+reporter=$!
+
 deadline=$(($(cut -d. -f1 /proc/uptime) + ${NODE_GUEST_TIMEOUT:-2200}))
 rc=0
 while :; do
@@ -141,6 +158,8 @@ while :; do
 	fi
 done
 say "stopping"
+kill $reporter 2>/dev/null
+cpu_report
 systemctl stop kubelet
 cp /var/log/containerd.log /var/log/node/ 2>/dev/null
 systemctl status kubelet --no-pager >/var/log/node/kubelet.status 2>&1

@@ -34,6 +34,12 @@ const (
 	stepWait = 5 * time.Minute
 )
 
+// idle is a test container's command: it waits, and exits on SIGTERM
+// (busybox's sleep as PID 1 would ignore it and hold the pod for its
+// grace period). One sleep an hour, not one a second: under TCG a fork and
+// exec costs the node's one vCPU 10-20 ms, about 1% per container.
+const idle = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
+
 // testNS is the namespace of the test running now (useTestNamespace): one
 // per test, so that none waits for the one before to be deleted. The tests
 // run one after another (none is parallel).
@@ -480,7 +486,7 @@ func kubeletResize(ctx context.Context, t *testing.T, c *cluster, node *corev1.N
 				Name:            "app",
 				Image:           image,
 				ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:         []string{"sh", "-c", "trap exit TERM; while :; do sleep 1; done"},
+				Command:         []string{"sh", "-c", idle},
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("64Mi")},

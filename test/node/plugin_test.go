@@ -140,7 +140,7 @@ func TestKubectlResize(t *testing.T) {
 			TerminationGracePeriodSeconds: new(int64),
 			Containers: []corev1.Container{{
 				Name: "app", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"sh", "-c", "trap exit TERM; while :; do sleep 1; done"},
+				Command: []string{"sh", "-c", idle},
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("64Mi")},

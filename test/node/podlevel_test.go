@@ -18,8 +18,7 @@ import (
 // reported with the agent's CgroupDrift Event; a kubelet pod-level resize
 // (kubectl patch --subresource resize on spec.resources, 1.36+) is not
 // drift, neither for the pod cgroup nor for the container, which carries
-// the pod-level limit; under --kube-drift=restore the kubelet's value
-// comes back to the pod cgroup.
+// the pod-level limit. Under --kube-drift=restore: TestWriteBack.
 func TestPodLevelDrift(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
@@ -47,31 +46,23 @@ func TestPodLevelDrift(t *testing.T) {
 			Requests: corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("16Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("32Mi")},
 		}}
-	p := s.run(ctx, t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plr"}, Spec: corev1.PodSpec{
+	// The app container is also the stray echo on the node (strayWriter):
+	// into the pod cgroup, and into its own.
+	p := s.run(ctx, t, strayWriter(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plr"}, Spec: corev1.PodSpec{
 		InitContainers: []corev1.Container{initC},
 		Containers:     []corev1.Container{app},
 		Resources: &corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: q("200m"), corev1.ResourceMemory: q("64Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceCPU: q("500m"), corev1.ResourceMemory: q("128Mi")},
 		},
-	}})
+	}}))
 	t.Logf("pod plr: qos %s, status.resources %v, allocatedResources %v", p.Status.QOSClass, p.Status.Resources, p.Status.AllocatedResources)
 
-	// A stray echo on the node, from a privileged pod with the host's
-	// cgroupfs, into the pod cgroup: pod<uid> (cgroupfs) or
-	// kubepods-<qos>-pod<uid with _>.slice (systemd).
-	w := ctr("writer", "10m", "16Mi")
-	w.SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
-	w.VolumeMounts = []corev1.VolumeMount{{Name: "cg", MountPath: "/host/cgroup"}}
-	s.run(ctx, t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plr-writer"}, Spec: corev1.PodSpec{
-		Containers: []corev1.Container{w},
-		Volumes:    []corev1.Volume{{Name: "cg", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/cgroup"}}}},
-	}})
-	uid := string(p.UID)
-	dir := "d=$(find /host/cgroup/kubepods* -type d \\( -name 'pod" + uid + "' -o -name '*-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice' \\) | head -1); test -n \"$d\""
+	dir := podDir(string(p.UID))
+	appDir := containerDir(p.Status.ContainerStatuses[0].ContainerID)
 	podFile := func(f string) string {
 		t.Helper()
-		out, err := s.c.try("-n", testNS, "exec", "plr-writer", "--", "sh", "-c", dir+" && cat \"$d/"+f+"\"")
+		out, err := s.c.try("-n", testNS, "exec", "plr", "--", "sh", "-c", dir+" && cat \"$d/"+f+"\"")
 		if err != nil {
 			t.Logf("reading the pod cgroup's %s: %v", f, err)
 		}
@@ -79,11 +70,11 @@ func TestPodLevelDrift(t *testing.T) {
 	}
 	write := func(v string) time.Time {
 		t.Helper()
-		s.c.k(t, "-n", testNS, "exec", "plr-writer", "--", "sh", "-c", dir+" && echo '"+v+"' > \"$d/cpu.max\"")
+		s.c.k(t, "-n", testNS, "exec", "plr", "--", "sh", "-c", dir+" && echo '"+v+"' > \"$d/cpu.max\"")
 		return time.Now()
 	}
 	appCPUMax := func() string {
-		out, err := s.c.try("-n", testNS, "exec", "plr", "--", "cat", "/sys/fs/cgroup/cpu.max")
+		out, err := s.c.try("-n", testNS, "exec", "plr", "--", "sh", "-c", appDir+" && cat \"$d/cpu.max\"")
 		if err != nil {
 			t.Logf("reading the app container's cpu.max: %v", err)
 		}
@@ -171,21 +162,5 @@ func TestPodLevelDrift(t *testing.T) {
 			t.Errorf("CgroupDrift on %s/%s: %s", e.InvolvedObject.Namespace, e.InvolvedObject.Name, e.Message)
 		}
 	}
-
-	// Restore, opt-in: through the cgroup package (systemd unit
-	// properties under the systemd driver).
-	agentWithDriftRestore(ctx, t, s.c)
-	t2 := write("30000 100000")
-	poll(t, "the pod cgroup's cpu.max restored to the kubelet's 80000 100000", 250*time.Millisecond, func() (bool, error) {
-		return podFile("cpu.max") == "80000 100000", nil
-	})
-	timing(t, "podlevel_drift_write_to_restore", time.Since(t2))
-	poll(t, "the restore's Event", time.Second, func() (bool, error) {
-		for _, e := range events("plr") {
-			if strings.Contains(e.Message, "written back to the pod cgroup") {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	// Restore, opt-in: TestWriteBack, the last test.
 }

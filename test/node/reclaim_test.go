@@ -70,7 +70,7 @@ func memPod(node, name, script, request, limit string) *corev1.Pod {
 				Name:            "app",
 				Image:           image,
 				ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:         []string{"sh", "-c", script + "; echo filled; trap exit TERM; while :; do sleep 1; done"},
+				Command:         []string{"sh", "-c", script + "; echo filled; " + idle},
 				VolumeMounts:    []corev1.VolumeMount{{Name: "disk", MountPath: "/data"}},
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse(request)},

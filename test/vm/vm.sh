@@ -788,11 +788,20 @@ cmd_run() {
 		end=$(($(date +%s) + timeout))
 		for ((i = 0; i < 250; i++)); do [[ -s $work/qemu.pid ]] && break; sleep 0.02; done
 		qp=$(cat "$work/qemu.pid" 2>/dev/null) || exit 0
+		# QEMU's CPU time (utime + stime, in clock ticks), last seen alive:
+		# how busy the guest kept its host core, for the test budget.
+		local st ticks=0
 		while kill -0 "$qp" 2>/dev/null; do
 			if (($(date +%s) >= end)); then
 				: >"$work/timedout"
 				kill -9 "$qp" 2>/dev/null
 				exit 0
+			fi
+			if read -r st <"/proc/$qp/stat" 2>/dev/null; then
+				st=${st##*) }
+				read -r -a st <<<"$st"
+				ticks=$((st[11] + st[12]))
+				echo "$ticks" >"$work/qemu.ticks"
 			fi
 			sleep 0.2
 		done
@@ -861,7 +870,9 @@ cmd_run() {
 		exit 125
 	fi
 	[[ -n $setup_failed ]] && msg "######## guest setup failed: $setup_failed ########"
-	msg "exit status $status; total $(elapsed "$t0" "$tend")s (boot $(elapsed "$t0" "$tboot")s, accel $ACCEL)"
+	local cpu=""
+	[[ -s $work/qemu.ticks ]] && cpu=$(awk -v t="$(cat "$work/qemu.ticks")" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf ", QEMU CPU %.0fs", t / hz }')
+	msg "exit status $status; total $(elapsed "$t0" "$tend")s (boot $(elapsed "$t0" "$tboot")s, accel $ACCEL$cpu)"
 	exit "$status"
 }
 
