@@ -31,20 +31,7 @@ import (
 func TestLatency(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
-	var node *corev1.Node
-	if !t.Run("NodeReady", func(t *testing.T) { node = nodeReady(t, c) }) {
-		t.FailNow()
-	}
-	var agentPod *corev1.Pod
-	if !t.Run("DeployAgent", func(t *testing.T) { agentPod = deployAgent(t, c, node) }) {
-		t.FailNow()
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, err := c.try("-n", agentNS, "logs", "ds/"+agentDS, "--tail=80")
-			t.Logf("agent logs (%v):\n%s", err, out)
-		}
-	})
+	node, agentPod := withAgent(t, c)
 	useTestNamespace(t, c)
 	image := os.Getenv("RESIZE_AGENT_NODE_BUSYBOX")
 	if image == "" {

@@ -277,6 +277,28 @@ func kubeletMinor(t *testing.T, n *corev1.Node) int {
 	return minor
 }
 
+// withAgent is the start of a test about the agent on the node: the node
+// Ready and the agent deployed, as subtests that end the test if they
+// fail; should the test fail later, the agent's last log lines.
+func withAgent(t *testing.T, c *cluster) (*corev1.Node, *corev1.Pod) {
+	t.Helper()
+	var node *corev1.Node
+	if !t.Run("NodeReady", func(t *testing.T) { node = nodeReady(t, c) }) {
+		t.FailNow()
+	}
+	var pod *corev1.Pod
+	if !t.Run("DeployAgent", func(t *testing.T) { pod = deployAgent(t, c, node) }) {
+		t.FailNow()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, err := c.try("-n", agentNS, "logs", "ds/"+agentDS, "--tail=120")
+			t.Logf("agent logs (%v):\n%s", err, out)
+		}
+	})
+	return node, pod
+}
+
 func deployAgent(t *testing.T, c *cluster, node *corev1.Node) *corev1.Pod {
 	ctx := context.Background()
 	overlay := os.Getenv("RESIZE_AGENT_NODE_OVERLAY")

@@ -22,19 +22,7 @@ import (
 func TestPodLevelDrift(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
-	var node *corev1.Node
-	if !t.Run("NodeReady", func(t *testing.T) { node = nodeReady(t, c) }) {
-		t.FailNow()
-	}
-	if !t.Run("DeployAgent", func(t *testing.T) { deployAgent(t, c, node) }) {
-		t.FailNow()
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, err := c.try("-n", agentNS, "logs", "ds/"+agentDS, "--tail=60")
-			t.Logf("agent logs (%v):\n%s", err, out)
-		}
-	})
+	node, _ := withAgent(t, c)
 	useTestNamespace(t, c)
 	s := &capSuite{c: c, node: node.Name}
 

@@ -203,20 +203,7 @@ func TestWalkthrough(t *testing.T) {
 		}
 	}
 
-	var node *corev1.Node
-	if !t.Run("NodeReady", func(t *testing.T) { node = nodeReady(t, c) }) {
-		t.FailNow()
-	}
-	var agentPod *corev1.Pod
-	if !t.Run("DeployAgent", func(t *testing.T) { agentPod = deployAgent(t, c, node) }) {
-		t.FailNow()
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, err := c.try("-n", agentNS, "logs", "ds/"+agentDS, "--tail=120")
-			t.Logf("agent logs (%v):\n%s", err, out)
-		}
-	})
+	node, agentPod := withAgent(t, c)
 	// The walkthrough's nodeSelector is deploy/kind/cluster.yaml's worker label.
 	c.k(t, "label", "node", node.Name, "resize-agent.resizer.io/e2e=true", "--overwrite")
 	poll(t, "the default service account of default", 500*time.Millisecond, func() (bool, error) {
