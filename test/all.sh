@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # make test: every test, in an order that keeps a run short on two cores.
-# The real Kubernetes node is the longest part (about 22 minutes of one TCG
+# The real Kubernetes node is the longest part (about 18 minutes of one TCG
 # vCPU), so it starts first, in the background: the Kubernetes builds
 # (test/prebuild.sh, at low priority; a minute when warm), then make
 # test-node. In the foreground meanwhile: the host tests, the VM suite (one
 # vCPU, beside the node's) and the real API server tests. The node's
 # output is printed whole when it ends (bin/node.log), with a heartbeat
-# meanwhile. Warm on 2026-12-06 all of it took 1,389 s (23 min): host
-# tests done at 342 s, VM suite at 1,118 s, API server at 1,199 s, node at
-# 1,357 s. Cold on 2026-12-07, 3,283 s (55 min): host tests 1,703 s (their
-# compiles beside the node's builds), VM suite 2,646 s, API server 3,048 s,
-# node 3,248 s. TEST_NODE=0 leaves the node out (a quicker
+# meanwhile. The fuzzers run beside the VM suite, at nice 19. Warm on
+# 2026-12-07 all of it took 1,197 s (20 min): host tests done at 221 s,
+# VM suite at 1,122 s, API server and fuzzers at 1,176 s, node at 1,196 s.
+# Cold on 2026-12-07 (before the node's tests were cut down), 3,283 s (55
+# min): host tests 1,703 s (their compiles beside the node's builds), VM
+# suite 2,646 s, API server 3,048 s, node 3,248 s. TEST_NODE=0 leaves the node out (a quicker
 # run while working on something else; CI never sets it).
 set -euo pipefail
 cd "$(dirname "$0")/.."

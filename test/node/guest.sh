@@ -138,7 +138,7 @@ cpu_report() {
 	{
 		echo "== $(cut -d' ' -f1 /proc/uptime) s since boot; /proc/stat: $(head -1 /proc/stat)"
 		find /sys/fs/cgroup -maxdepth 5 -name cpu.stat | while read -r f; do
-			u=$(sed -n 's/^usage_usec //p' "$f")
+			u=$(sed -n 's/^usage_usec //p' "$f" 2>/dev/null) # a pod's may be gone by now
 			[ "${u:-0}" -ge 1000000 ] && echo "$((u / 1000000)) s ${f%/cpu.stat}"
 		done | sort -rn | head -25
 	} >>/var/log/node/cpu.txt 2>&1
