@@ -228,7 +228,6 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 		a.mu.Unlock()
 		return DriftResult{}
 	}
-	probes := probesOf(a.containers, a.act, a.drift.leavePods)
 	now := a.now()
 	w := a.drift.writes
 	// Nothing written anywhere since the last check: its clean containers
@@ -243,14 +242,18 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 		// container: one cut short left some unmarked.
 		a.drift.anyOK = false
 	}
+	canSkip := false
 	if w != nil {
 		if now.Sub(a.drift.swept) >= a.drift.sweepOr() {
 			a.drift.swept = now // this check reads everything
 			quiet = false
 		} else {
-			a.drift.mayskip(probes, a.rt != nil)
+			canSkip = true
 		}
 	}
+	var res DriftResult
+	probes, skipped := a.drift.probes(a.containers, a.act, canSkip, quiet, a.rt != nil)
+	res.Skipped = skipped
 	a.mu.Unlock()
 
 	pageSize := a.cg.PageSize()
@@ -259,11 +262,7 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 			break
 		}
 		if w != nil {
-			if quiet && p.may {
-				p.marked, p.skipped, p.mark, p.podMark = true, true, p.prev, p.prevPod
-			} else {
-				p.marks(w)
-			}
+			p.marks(w)
 			if p.skipped {
 				continue
 			}
@@ -296,7 +295,6 @@ func (a *Agent) DriftCheck(ctx context.Context) DriftResult {
 	if anyOK && ctx.Err() == nil {
 		a.drift.anyStamp, a.drift.anyOK = anyStamp, true
 	}
-	var res DriftResult
 	for _, p := range probes {
 		if pd := a.pods[p.pod]; pd != nil && p.listed != nil {
 			// The periodic refresh of what resizes sum the pod with.
@@ -342,23 +340,6 @@ func (d *drifts) sweepOr() time.Duration {
 	return time.Minute
 }
 
-// mayskip lets the probes whose containers were clean at their last read,
-// with nothing run for them since, be skipped on unchanged marks. A pod
-// probe that lists its pod's containers through the runtime is never
-// skipped: the listing is what its pod's expected values follow.
-func (d *drifts) mayskip(probes []*probe, runtime bool) {
-	for _, p := range probes {
-		st := d.state[p.c.key]
-		if st == nil || st.c != p.c || !st.clean || st.info != nil || st.verify || st.seen != p.c.last {
-			continue
-		}
-		if p.pod != "" && p.podUID != "" && runtime {
-			continue
-		}
-		p.may, p.prev, p.prevPod = true, st.mark, st.podMark
-	}
-}
-
 // marks takes p's write marks before its files are read, and marks p
 // skipped when they are the ones of its last clean read.
 func (p *probe) marks(w LimitWrites) {
@@ -372,26 +353,47 @@ func (p *probe) marks(w LimitWrites) {
 	p.skipped = p.may && p.marked && p.mark == p.prev && (p.pod == "" || p.podMark == p.prevPod)
 }
 
-// probesOf snapshots what the idle containers should hold. A pod's
-// cgroup is checked with its speaker, and only when all its members are
-// idle.
-func probesOf(containers containers, act *actuate.Actuator, leavePods bool) []*probe {
-	var out []*probe
+// probes lists what the check reads, in key order: the idle managed
+// containers (a pod's cgroup with its speaker, and only when all its
+// members are idle), each with what its files (and its pod's) should hold.
+// With canSkip, a container clean at its last read with nothing run for it
+// since may be skipped on unchanged write marks; on a quiet check (nothing
+// written anywhere since) it is skipped at once, without a probe: at rest
+// with 1,000 containers, working out every container's files at every
+// check was most of its CPU (issue 16). A pod probe that lists its pod's
+// containers through the runtime is never skipped: the listing is what its
+// pod's expected values follow. Under the agent's lock.
+func (d *drifts) probes(containers containers, act *actuate.Actuator, canSkip, quiet, runtime bool) (out []*probe, skipped int) {
 	for _, c := range containers {
-		if (!c.cpu && !c.mem) || !idle(c) || (leavePods && c.podUID != "") {
+		if (!c.cpu && !c.mem) || !idle(c) || (d.leavePods && c.podUID != "") {
 			continue
 		}
-		p := &probe{c: c, path: c.cgroup, want: act.ContainerFiles(c.cgroup, c.res, c.cpu, c.mem), last: map[string]string{c.key: c.last}}
+		var pod, podUID string
 		if pd := c.pod; pd != nil && pd.speaker() == c && pd.idle() {
-			p.pod, p.podUID, p.members = pd.cgroup, c.podUID, pd.sizing(c, c.res, c.cpu, c.mem)
-			for _, o := range pd.members {
+			pod, podUID = pd.cgroup, c.podUID
+		}
+		st := d.state[c.key]
+		may := canSkip && st != nil && st.c == c && st.clean && st.info == nil && !st.verify && st.seen == c.last &&
+			!(pod != "" && podUID != "" && runtime)
+		if may && quiet {
+			skipped++ // its drift state keeps its marks
+			continue
+		}
+		p := &probe{c: c, path: c.cgroup, pod: pod, podUID: podUID, may: may,
+			want: act.ContainerFiles(c.cgroup, c.res, c.cpu, c.mem), last: map[string]string{c.key: c.last}}
+		if may {
+			p.prev, p.prevPod = st.mark, st.podMark
+		}
+		if pod != "" {
+			p.members = c.pod.sizing(c, c.res, c.cpu, c.mem)
+			for _, o := range c.pod.members {
 				p.last[o.key] = o.last
 			}
 		}
 		out = append(out, p)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].c.key < out[j].c.key })
-	return out
+	slices.SortFunc(out, func(x, y *probe) int { return strings.Compare(x.c.key, y.c.key) })
+	return out, skipped
 }
 
 // podWantWith is what apply writes to the pod cgroup when the speaker has
