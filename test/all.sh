@@ -7,8 +7,9 @@
 # vCPU, beside the node's) and the real API server tests. The node's
 # output is printed whole when it ends (bin/node.log), with a heartbeat
 # meanwhile. The fuzzers run beside the VM suite, at nice 19. Warm on
-# 2026-12-07 all of it took 1,197 s (20 min): host tests done at 221 s,
-# VM suite at 1,122 s, API server and fuzzers at 1,176 s, node at 1,196 s.
+# 2026-12-07 all of it took 1,130-1,328 s (19-22 min) in three runs; in
+# one, host tests done at 221 s, VM suite at 1,122 s, API server and
+# fuzzers at 1,176 s, node at 1,196 s.
 # Cold on 2026-12-07 (before the node's tests were cut down), 3,283 s (55
 # min): host tests 1,703 s (their compiles beside the node's builds), VM
 # suite 2,646 s, API server 3,048 s, node 3,248 s. TEST_NODE=0 leaves the node out (a quicker
