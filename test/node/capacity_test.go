@@ -28,13 +28,7 @@ import (
 func TestCapacity(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
-	var node *corev1.Node
-	if !t.Run("NodeReady", func(t *testing.T) { node = nodeReady(t, c) }) {
-		t.FailNow()
-	}
-	if !t.Run("DeployAgent", func(t *testing.T) { deployAgent(t, c, node) }) {
-		t.FailNow()
-	}
+	node, _ := withAgent(t, c)
 	useTestNamespace(t, c)
 	cs := &capSuite{c: c, node: node.Name}
 	t.Run("Example", func(t *testing.T) { cs.example(ctx, t) })

@@ -32,14 +32,7 @@ const (
 func TestCompanion(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
-	var node *corev1.Node
-	if !t.Run("NodeReady", func(t *testing.T) { node = nodeReady(t, c) }) {
-		t.FailNow()
-	}
-	var agentPod *corev1.Pod
-	if !t.Run("DeployAgent", func(t *testing.T) { agentPod = deployAgent(t, c, node) }) {
-		t.FailNow()
-	}
+	node, agentPod := withAgent(t, c)
 	useTestNamespace(t, c)
 	// The agent acts once it has seen the annotation policy (at start).
 	poll(t, "the agent acting on annotations", time.Second, func() (bool, error) {

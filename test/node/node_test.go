@@ -150,14 +150,7 @@ func repoRoot(t *testing.T) string {
 func TestNode(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
-	var node *corev1.Node
-	if !t.Run("NodeReady", func(t *testing.T) { node = nodeReady(t, c) }) {
-		t.FailNow()
-	}
-	var agentPod *corev1.Pod
-	if !t.Run("DeployAgent", func(t *testing.T) { agentPod = deployAgent(t, c, node) }) {
-		t.FailNow()
-	}
+	node, agentPod := withAgent(t, c)
 	t.Run("ResizectlList", func(t *testing.T) {
 		out := c.k(t, "-n", agentNS, "exec", "ds/"+agentDS, "--", "resizectl", "list")
 		t.Logf("resizectl list:\n%s", out)

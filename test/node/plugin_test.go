@@ -120,13 +120,7 @@ func TestKubectlResize(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
 	pluginDir := buildPlugin(t)
-	var node *corev1.Node
-	if !t.Run("NodeReady", func(t *testing.T) { node = nodeReady(t, c) }) {
-		t.FailNow()
-	}
-	if !t.Run("DeployAgent", func(t *testing.T) { deployAgent(t, c, node) }) {
-		t.FailNow()
-	}
+	node, _ := withAgent(t, c)
 	useNamespace(t, c, pluginNS)
 	image := os.Getenv("RESIZE_AGENT_NODE_BUSYBOX")
 	if image == "" {
