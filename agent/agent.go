@@ -61,6 +61,11 @@ func WithMetrics(m *metrics.Metrics) Option { return func(a *Agent) { a.metrics 
 // WithCPUPeriod sets the cpu.max period in microseconds (default 100000).
 func WithCPUPeriod(p uint64) Option { return func(a *Agent) { a.period = p } }
 
+// WithMemoryThrottlingFactor is the kubelet's memoryThrottlingFactor: the
+// memory.high a runtime update sends for a container whose runtime record
+// holds the kubelet's (actuate.KubeletMemoryHigh); 0 keeps the default.
+func WithMemoryThrottlingFactor(f float64) Option { return func(a *Agent) { a.throttling = f } }
+
 // WithRuntime lets the agent resize containers of a runtime (targets by
 // pod UID and name, or container ID) through it.
 func WithRuntime(rt Runtime) Option { return func(a *Agent) { a.rt = rt } }
@@ -103,8 +108,10 @@ type Agent struct {
 	log      *slog.Logger
 	metrics  *metrics.Metrics
 	period   uint64
-	history  int
-	now      func() time.Time
+	// throttling is the kubelet's memoryThrottlingFactor (WithMemoryThrottlingFactor).
+	throttling float64
+	history    int
+	now        func() time.Time
 
 	// shrinkTimeout is set by WithShrinkTimeout; 0 means DefaultShrinkTimeout.
 	shrinkTimeout time.Duration
@@ -170,7 +177,7 @@ func New(cg Cgroups, ledger *admission.Ledger, opts ...Option) *Agent {
 		o(a)
 	}
 	a.ctx, a.stop = context.WithCancelCause(context.Background())
-	a.act = &actuate.Actuator{Cgroups: cg, Period: a.period, ShrinkTimeout: a.shrinkTimeout, Metrics: a.metrics}
+	a.act = &actuate.Actuator{Cgroups: cg, Period: a.period, ShrinkTimeout: a.shrinkTimeout, Metrics: a.metrics, MemoryThrottlingFactor: a.throttling}
 	if a.rt != nil {
 		a.gate = newRuntimeGate(a.rt)
 		a.rt = a.gate

@@ -327,7 +327,7 @@ var errClosed = errors.New("bpf: tracker closed")
 // (LastLimitWrite can say anything).
 func (t *Tracker) TimesLimitWrites() bool { return t.limitWrites != nil }
 
-// LastLimitWrite is when the cgroup's cpu.max, cpu.weight or memory.max
+// LastLimitWrite is when the cgroup's cpu.max, cpu.weight, memory.max or memory.high
 // was last written with success, by anyone, as the kernel timed it; ok is
 // false when no write was seen since the programs were attached (or the
 // entry was evicted: the map keeps the 4,096 cgroups written last), or
@@ -365,7 +365,7 @@ func (t *Tracker) LimitWriteStamp(cgroupID uint64) (ns uint64, ok bool, err erro
 // AnyLimitWriteStamp is the kernel time of the last limit write to any
 // cgroup (0: none seen since the programs were attached); ok is false
 // when the hook is not attached. Equal stamps taken at two times mean
-// that no cgroup's cpu.max, cpu.weight or memory.max was written in
+// that no cgroup's cpu.max, cpu.weight, memory.max or memory.high was written in
 // between.
 func (t *Tracker) AnyLimitWriteStamp() (ns uint64, ok bool, err error) {
 	if !t.TimesLimitWrites() {

@@ -589,7 +589,7 @@ func TestLimitWriteTimed(t *testing.T) {
 			t.Errorf("%s: timed %v, want between %v and %v", what, at.Format(time.StampMicro), before.Format(time.StampMicro), after.Format(time.StampMicro))
 		}
 	}
-	for _, f := range []struct{ file, value string }{{"cpu.max", "50000 100000"}, {"cpu.weight", "50"}, {"memory.max", "104857600"}, {"cpu.weight.nice", "5"}} {
+	for _, f := range []struct{ file, value string }{{"cpu.max", "50000 100000"}, {"cpu.weight", "50"}, {"memory.max", "104857600"}, {"cpu.weight.nice", "5"}, {"memory.high", "52428800"}} {
 		time.Sleep(20 * time.Millisecond)
 		before := time.Now()
 		cg.write(t, f.file, f.value)
@@ -611,9 +611,9 @@ func TestLimitWriteTimed(t *testing.T) {
 	last, _, _ := tr.LimitWriteStamp(cg.id)
 	anyLast, _, _ := tr.AnyLimitWriteStamp()
 	time.Sleep(20 * time.Millisecond)
-	cg.write(t, "memory.high", "max")
+	cg.write(t, "memory.low", "0")
 	if ns, _, _ := tr.LimitWriteStamp(cg.id); ns != last {
-		t.Errorf("a memory.high write moved the stamp from %d to %d", last, ns)
+		t.Errorf("a memory.low write moved the stamp from %d to %d", last, ns)
 	}
 	if err := os.WriteFile(cg.path+"/cpu.max", []byte("nonsense"), 0); err == nil {
 		t.Fatal("the kernel took cpu.max nonsense")
@@ -622,6 +622,6 @@ func TestLimitWriteTimed(t *testing.T) {
 		t.Errorf("a failed cpu.max write moved the stamp from %d to %d", last, ns)
 	}
 	if any, _, _ := tr.AnyLimitWriteStamp(); any != anyLast {
-		t.Errorf("memory.high and a failed cpu.max write moved the last write anywhere from %d to %d", anyLast, any)
+		t.Errorf("memory.low and a failed cpu.max write moved the last write anywhere from %d to %d", anyLast, any)
 	}
 }

@@ -15,8 +15,8 @@
  *  - OOM kills: a count per victim cgroup v2 id, plus one ring buffer event
  *    per kill (tp_btf/mark_victim, or fentry where that tracepoint is too
  *    old, see the end of this file);
- *  - limit writes: when a cgroup's cpu.max, cpu.weight or memory.max was
- *    last written, by anyone (see on_cgroup_file_write).
+ *  - limit writes: when a cgroup's cpu.max, cpu.weight, memory.max or
+ *    memory.high was last written, by anyone (see on_cgroup_file_write).
  *
  * Nothing is sent to user space per scheduler event: user space reads the
  * maps when it wants numbers.
@@ -471,9 +471,10 @@ int on_cgroup_file_write(u64 *ctx)
 	kn = BPF_CORE_READ(of, kn);
 	if (bpf_probe_read_kernel_str(name, sizeof(name), BPF_CORE_READ(kn, name)) < 0)
 		return 0;
-	/* cpu.weight.nice sets cpu.weight too. */
+	/* cpu.weight.nice sets cpu.weight too; memory.high is the kubelet's
+	 * under MemoryQoS. */
 	if (!same(name, "cpu.max", 8) && !same(name, "cpu.weight", 11) && !same(name, "memory.max", 11) &&
-	    !same(name, "cpu.weight.nice", 16))
+	    !same(name, "cpu.weight.nice", 16) && !same(name, "memory.high", 12))
 		return 0;
 	if (bpf_core_field_exists(((struct kernfs_node___new *)0)->__parent))
 		dir = BPF_CORE_READ((struct kernfs_node___new *)kn, __parent);

@@ -73,6 +73,25 @@ func (m *Manager) ReadMemory(p string) (Memory, error) {
 	return out, nil
 }
 
+// ReadMemoryHigh returns the cgroup p's memory.high (bytes, or Unlimited)
+// alone: the drift check compares it where the kubelet sets it (MemoryQoS)
+// and ReadMemory would also parse memory.stat.
+func (m *Manager) ReadMemoryHigh(p string) (int64, error) {
+	clean, d, err := m.dir(p)
+	if err != nil {
+		return 0, err
+	}
+	raw, err := readFile(d, FileMemoryHigh)
+	if err != nil {
+		return 0, err
+	}
+	v, err := parseMax(raw)
+	if err != nil {
+		return 0, fmt.Errorf("%s/%s: %w", clean, FileMemoryHigh, err)
+	}
+	return v, nil
+}
+
 // SetMemoryHigh writes memory.high (bytes, or Unlimited) and reads it back.
 // The kernel reclaims down to a lowered memory.high before the write
 // returns, as far as it can; unlike memory.max it never OOM-kills for it

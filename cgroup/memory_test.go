@@ -38,6 +38,24 @@ func TestReadMemory(t *testing.T) {
 	}
 }
 
+func TestReadMemoryHigh(t *testing.T) {
+	m, root := fakeMemory(t)
+	if v, err := m.ReadMemoryHigh("/c"); err != nil || v != cgroup.Unlimited {
+		t.Errorf("memory.high max: %d, %v", v, err)
+	}
+	cgrouptest.SetFile(t, root, "/c", "memory.high", "201326592")
+	if v, err := m.ReadMemoryHigh("/c"); err != nil || v != 192<<20 {
+		t.Errorf("memory.high 192Mi: %d, %v", v, err)
+	}
+	cgrouptest.SetFile(t, root, "/c", "memory.high", "lots")
+	if _, err := m.ReadMemoryHigh("/c"); err == nil {
+		t.Error("memory.high lots: no error")
+	}
+	if _, err := m.ReadMemoryHigh("/../etc"); err == nil {
+		t.Error("a path out of the tree: no error")
+	}
+}
+
 func TestSetMemoryHigh(t *testing.T) {
 	m, root := fakeMemory(t)
 	if err := m.SetMemoryHigh("/c", 32<<20); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/resizer/resize-agent/agent/kube/allocdrift"
 	"github.com/resizer/resize-agent/agent/kube/capacity"
 	"github.com/resizer/resize-agent/agent/kube/fit"
+	"github.com/resizer/resize-agent/agent/kube/kubeletconfig"
 	"github.com/resizer/resize-agent/agent/metrics"
 )
 
@@ -76,6 +77,12 @@ type CapacityConfig struct {
 	// Predictor, when set, is fed the view (give the same to
 	// Config.Predictor for the intake).
 	Predictor *LivePredictor
+	// Kubelet is the node's kubelet configuration file as read
+	// (kubeletconfig.Load; the zero File: the kubelet's defaults): the
+	// predictions take its CPU and memory manager policies, the drift
+	// check its CPU quota and MemoryQoS settings, for the kubelet's
+	// release the Node reports.
+	Kubelet kubeletconfig.File
 }
 
 // Capacity is a companion (Config.Companions) that runs the kubelet's
@@ -100,7 +107,9 @@ func startCompanion(ctx context.Context, c CapacityConfig, client kubernetes.Int
 	if log == nil {
 		log = slog.Default()
 	}
-	view, err = capacity.New(client, c.NodeName, capacity.Options{})
+	policies := c.Kubelet.Resolve(0) // the policies' defaults are the same in every release
+	view, err = capacity.New(client, c.NodeName, capacity.Options{Kubelet: fit.Kubelet{
+		CPUManagerPolicy: policies.CPUManagerPolicy, MemoryManagerPolicy: policies.MemoryManagerPolicy}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -132,6 +141,7 @@ func startCompanion(ctx context.Context, c CapacityConfig, client kubernetes.Int
 		rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ReportingController, Host: c.NodeName})
 		checker, err := allocdrift.New(view.Pods, d.Runtime, d.Cgroups, allocdrift.Options{
 			Policy: d.Policy, Period: d.Period, Count: d.Count, Checked: d.Checked, Recorder: rec, Writes: d.Writes, Sweep: d.Sweep,
+			Kubelet: func() (allocdrift.Kubelet, bool) { return driftKubelet(view, c.Kubelet) },
 			OnFinding: func(f allocdrift.Finding) {
 				log.Warn("cgroup drift from the kubelet's allocation", "pod", f.Pod.String(), "container", f.Container, "cgroup", f.Cgroup,
 					"action", f.Action, "files", f.Files, "message", f.Message, "after", time.Since(f.FirstSeen).Round(time.Millisecond))
@@ -159,4 +169,21 @@ func startCompanion(ctx context.Context, c CapacityConfig, client kubernetes.Int
 		}()
 	}
 	return view, func() { cancel(); wg.Wait() }, nil
+}
+
+// driftKubelet is what the drift check must know of the kubelet: its
+// configuration for the release the Node reports, and the node's
+// allocatable memory. ok false until the view has read the Node.
+func driftKubelet(view *capacity.View, f kubeletconfig.File) (allocdrift.Kubelet, bool) {
+	n, k, err := view.Node()
+	if err != nil {
+		return allocdrift.Kubelet{}, false
+	}
+	r := f.Resolve(k.Minor)
+	return allocdrift.Kubelet{
+		NoCPUQuota: !r.CPUQuota, MemoryHighFactor: r.ThrottlingFactor, PodLevelResources: r.PodLevelResources,
+		// ApplyPodLevelMemoryHigh is in 1.37 (pkg/kubelet/cm/helpers_linux.go).
+		PodMemoryHigh:     k.Minor >= 37,
+		AllocatableMemory: n.Allocatable.Memory().Value(),
+	}, true
 }

@@ -27,7 +27,7 @@ type limitWriter interface {
 }
 
 // LastLimitWrite is the kernel's time of the last write to the cgroup's
-// cpu.max, cpu.weight or memory.max; ok is false when it is not known
+// cpu.max, cpu.weight, memory.max or memory.high; ok is false when it is not known
 // (no write seen, or no hook).
 func (b BPF) LastLimitWrite(p string) (at time.Time, ok bool) {
 	lw, isLW := b.T.(limitWriter)
@@ -45,7 +45,7 @@ func (b BPF) LastLimitWrite(p string) (at time.Time, ok bool) {
 // WriteMark names the last write to a cgroup's limit files: the cgroup (its
 // id, so that a cgroup made anew at the same path has another mark) and the
 // kernel's stamp of the write (0: none seen). Equal marks taken at two
-// times mean that nothing wrote cpu.max, cpu.weight or memory.max in
+// times mean that nothing wrote cpu.max, cpu.weight, memory.max or memory.high in
 // between, unless the map lost the cgroup's entry (it keeps the 4,096
 // written last) and it was never seen before: a caller that skips reads on
 // equal marks still reads everything now and then.

@@ -20,6 +20,7 @@ import (
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/kube"
 	"github.com/resizer/resize-agent/agent/kube/allocdrift"
+	"github.com/resizer/resize-agent/agent/kube/kubeletconfig"
 	"github.com/resizer/resize-agent/cgroup"
 	"github.com/resizer/resize-agent/cri"
 )
@@ -96,6 +97,10 @@ type Options struct {
 	// KubeDrift is the drift policy for Kubernetes pods' containers in
 	// Kubernetes mode, against the kubelet's allocation.
 	KubeDrift string `json:"kubeDrift"`
+	// KubeletConfig is the kubelet's configuration file, read in
+	// Kubernetes mode (agent/kube/kubeletconfig); empty: the kubelet's
+	// defaults.
+	KubeletConfig string `json:"kubeletConfig"`
 
 	// For tests: where /proc is, and whether the cgroup root may be a plain
 	// directory.
@@ -137,6 +142,7 @@ func DefaultOptions() *Options {
 		KubeIntake:          string(kube.ModeAnnotation),
 		KubeMemoryReclaim:   true,
 		KubeDrift:           string(allocdrift.PolicyReport),
+		KubeletConfig:       kubeletconfig.DefaultPath,
 		procRoot:            "/proc",
 		readTimeout:         readTimeout,
 		writeTimeout:        writeTimeout,
@@ -186,6 +192,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file for the Kubernetes intake (empty: in-cluster service account)")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's name, from $NODE_NAME unless given; the Kubernetes intake watches only its pods, and is off without it")
 	fs.BoolVar(&o.KubeMemoryReclaim, "kube-memory-reclaim", o.KubeMemoryReclaim, "when the kubelet is asked to lower a memory limit below usage, bring usage under it (memory.high, memory.reclaim; never memory.max) so that the kubelet can apply it")
+	fs.StringVar(&o.KubeletConfig, "kubelet-config", o.KubeletConfig, "in Kubernetes mode, the kubelet's KubeletConfiguration file (read only, at start): its CPU and memory manager policies, cpuCFSQuota, cpuCFSQuotaPeriod, MemoryQoS and memoryThrottlingFactor decide the predictions and what the drift check expects; missing: the kubelet's defaults for its release; empty: not read")
 	fs.StringVar(&o.KubeDrift, "kube-drift", o.KubeDrift, "in Kubernetes mode, when a pod's container cgroup no longer holds what the kubelet allocated and actuated (its status resources): report (metric, Event CgroupDrift, log), restore (also write the kubelet's values back through CRI) or off; --drift then applies to bare cgroups only")
 	fs.StringVar(&o.KubeIntake, "kube-intake", o.KubeIntake, "Kubernetes intake: annotation (resize.resizer.io/resources becomes a pods/resize patch, once deploy/'s annotation policy is in force) or off")
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/resizer/resize-agent/agent/intent"
 	"github.com/resizer/resize-agent/agent/journal"
 	"github.com/resizer/resize-agent/agent/kube"
+	"github.com/resizer/resize-agent/agent/kube/kubeletconfig"
 	"github.com/resizer/resize-agent/agent/kube/latency"
 	"github.com/resizer/resize-agent/agent/kube/reclaim"
 	"github.com/resizer/resize-agent/agent/metrics"
@@ -76,6 +77,18 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 			Count:   func(res, action string) { m.Drift.WithLabelValues(res, action).Inc() },
 			Checked: func() { m.DriftChecks.WithLabelValues("allocation").Inc() }}}
 	if kc.Enabled() {
+		kf, err := kubeletFile(o, log)
+		if err != nil {
+			return err
+		}
+		capCfg.Kubelet = kf
+		if kf.CPUCFSQuotaPeriod != nil {
+			// The drift check expects the kubelet's period.
+			capCfg.Drift.Period = uint64(*kf.CPUCFSQuotaPeriod / time.Microsecond)
+		}
+		if kf.MemoryThrottlingFactor != nil {
+			agentOpts = append(agentOpts, agent.WithMemoryThrottlingFactor(*kf.MemoryThrottlingFactor))
+		}
 		agentOpts = append(agentOpts, agent.WithDriftLeavePods())
 		capCfg.Predictions = metrics.NewVerdictPredictions(reg)
 		// The intake asks the view before each pods/resize patch.
@@ -439,4 +452,39 @@ func addOps(mux *http.ServeMux, reg *prometheus.Registry, ready *atomic.Bool, br
 		}
 		fmt.Fprintln(w, "ok")
 	})
+}
+
+// kubeletFile reads the kubelet's configuration file (--kubelet-config). A
+// missing file leaves the kubelet's defaults, with a warning; one the agent
+// cannot read stops it: its predictions and drift reports would follow
+// settings the kubelet does not have.
+func kubeletFile(o *Options, log *slog.Logger) (kubeletconfig.File, error) {
+	if o.KubeletConfig == "" {
+		log.Info("kubelet configuration not read (--kubelet-config is empty): the kubelet's defaults for its release apply")
+		return kubeletconfig.File{}, nil
+	}
+	f, err := kubeletconfig.Load(o.KubeletConfig)
+	switch {
+	case errors.Is(err, kubeletconfig.ErrNotFound):
+		log.Warn("kubelet configuration not found: the kubelet's defaults for its release apply; mount the kubelet's file or set --kubelet-config", "path", o.KubeletConfig)
+		return kubeletconfig.File{}, nil
+	case err != nil:
+		return kubeletconfig.File{}, fmt.Errorf("kubelet-config: %w", err)
+	}
+	attrs := []any{"path", f.Path, "cpuManagerPolicy", f.CPUManagerPolicy, "memoryManagerPolicy", f.MemoryManagerPolicy,
+		"memoryReservationPolicy", f.MemoryReservationPolicy, "featureGates", f.FeatureGates}
+	if f.CPUCFSQuota != nil {
+		attrs = append(attrs, "cpuCFSQuota", *f.CPUCFSQuota)
+	}
+	if f.CPUCFSQuotaPeriod != nil {
+		attrs = append(attrs, "cpuCFSQuotaPeriod", f.CPUCFSQuotaPeriod.String())
+		if p := uint64(*f.CPUCFSQuotaPeriod / time.Microsecond); p != o.CPUPeriod {
+			log.Info("the drift check takes the kubelet's CFS period, not --cpu-period", "kubelet", p, "cpuPeriod", o.CPUPeriod)
+		}
+	}
+	if f.MemoryThrottlingFactor != nil {
+		attrs = append(attrs, "memoryThrottlingFactor", *f.MemoryThrottlingFactor)
+	}
+	log.Info("kubelet configuration", attrs...)
+	return f, nil
 }

@@ -185,4 +185,14 @@ func TestHelmChartValues(t *testing.T) {
 	if strings.Contains(out, "kind: Namespace") {
 		t.Error("namespace.create=false still renders the Namespace")
 	}
+	// The kubelet's configuration elsewhere (EKS keeps a JSON file), or
+	// not mounted at all.
+	out = string(helm(t, "template", "resize-agent", chartDir(t), "--set", "kubeletConfig=/etc/kubernetes/kubelet/config.json"))
+	if strings.Count(out, "/etc/kubernetes/kubelet/config.json") != 3 || strings.Contains(out, "/var/lib/kubelet") {
+		t.Errorf("kubeletConfig elsewhere: want it in the flag, the mount and the volume:\n%s", out)
+	}
+	out = string(helm(t, "template", "resize-agent", chartDir(t), "--set", "kubeletConfig="))
+	if !strings.Contains(out, "- --kubelet-config=\n") || strings.Contains(out, "name: kubelet-config") {
+		t.Errorf("kubeletConfig empty: want the flag empty and no mount:\n%s", out)
+	}
 }

@@ -429,7 +429,10 @@ func checkDeployment(t *testing.T, objs []k8sruntime.Object, flags map[string]st
 	wantMount("/sys/fs/bpf", corev1.HostPathDirectoryOrCreate, false)
 	wantMount("/sys/kernel/tracing", corev1.HostPathDirectoryOrCreate, true)
 	wantMount("/run/systemd", corev1.HostPathDirectoryOrCreate, false)
-	if len(mounts) != 8 || len(host) != 8 {
+	// The kubelet's configuration: the file alone, read-only (the rest of
+	// /var/lib/kubelet holds the pods' secrets).
+	wantMount(args["kubelet-config"], corev1.HostPathFileOrCreate, true)
+	if len(mounts) != 9 || len(host) != 9 {
 		t.Errorf("%d mounts, %d volumes: every host path must be listed here with its reason", len(mounts), len(host))
 	}
 	// The metrics port.

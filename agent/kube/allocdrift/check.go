@@ -104,10 +104,25 @@ type Options struct {
 	// every container every interval is the agent's cost at rest.
 	Writes LimitWrites
 	Sweep  time.Duration
+	// Kubelet, when set, is what the check must know of the kubelet now
+	// (ok false: not known yet, the check waits for it). Without it CPU
+	// limits are taken as enforced and memory.high is not compared.
+	Kubelet func() (k Kubelet, ok bool)
 }
 
-// LimitWrites names the last write to a cgroup's cpu.max, cpu.weight or
-// memory.max (pressure.BPF).
+// highReader and highWriter are the optional parts of Cgroups for
+// memory.high (*cgroup.Manager has them): without the first it is not
+// compared, without the second a drift of it is reported only.
+type highReader interface {
+	ReadMemoryHigh(path string) (int64, error)
+}
+
+type highWriter interface {
+	SetMemoryHigh(path string, v int64) error
+}
+
+// LimitWrites names the last write to a cgroup's cpu.max, cpu.weight,
+// memory.max or memory.high (pressure.BPF).
 type LimitWrites interface {
 	LimitWriteMark(cgroupPath string) (pressure.WriteMark, bool)
 }
@@ -150,6 +165,17 @@ type Checker struct {
 	// found it before its reads (anyOK: it could be read).
 	anyStamp uint64
 	anyOK    bool
+	// podHigh is, by pod UID, the pod cgroup's memory.high as the kubelet
+	// last wrote it: it writes it only with the pod's memory limit
+	// (setPodCgroupConfig in pkg/kubelet/kuberuntime/kuberuntime_manager.go,
+	// 1.37.2, called when the limit changes), so a change of the request
+	// alone leaves the value of the request before.
+	podHigh map[types.UID]podHighRef
+}
+
+type podHighRef struct {
+	limit, high int64
+	seen        bool // its file was read once
 }
 
 // cleanRead is what a skipped read must have in common with the last clean
@@ -196,7 +222,8 @@ func New(pods func() []*corev1.Pod, rt Runtime, cg Cgroups, opts Options) (*Chec
 	if opts.Sweep <= 0 {
 		opts.Sweep = time.Minute
 	}
-	return &Checker{pods: pods, rt: rt, cg: cg, opts: opts, state: map[string]*drift{}, paths: map[string]string{}, clean: map[string]cleanRead{}}, nil
+	return &Checker{pods: pods, rt: rt, cg: cg, opts: opts, state: map[string]*drift{}, paths: map[string]string{}, clean: map[string]cleanRead{},
+		podHigh: map[types.UID]podHighRef{}}, nil
 }
 
 // Result sums up one Check.
@@ -241,6 +268,9 @@ type target struct {
 	name string
 	id   string
 	res  corev1.ResourceRequirements
+	// own is the container's own resources in the spec (the allocation:
+	// the pod is settled), without the pod-level limits res fills in.
+	own corev1.ResourceRequirements
 	// altWeight, when not 0, is a second cpu.weight the kubelet writes
 	// for res (AltWeight).
 	altWeight uint64
@@ -283,8 +313,14 @@ func targets(pods []*corev1.Pod) []target {
 				_, id, _ := strings.Cut(st.ContainerID, "://")
 				// The pod-level limits a container without its own gets
 				// are the allocated ones: the spec's, the pod settled.
+				// Its own are the spec's too, except where a resize is
+				// pending: then the status holds the allocation.
+				own := sp.Resources
+				if pending {
+					own = *st.Resources
+				}
 				ts = append(ts, target{pod: p, name: st.Name, id: id, res: podcgroup.ContainerResources(p, *st.Resources),
-					altWeight: AltWeight(p, *st.Resources)})
+					own: own, altWeight: AltWeight(p, *st.Resources)})
 			}
 		}
 		if settled {
@@ -331,6 +367,9 @@ type subject struct {
 	want      spec.Resources
 	// altWeight, when not 0, is a cpu.weight that is the kubelet's too.
 	altWeight uint64
+	// high is the kubelet's memory.high, compared with found when hasHigh.
+	high, found int64
+	hasHigh     bool
 	// restore writes the kubelet's values back; "" when it did, else why
 	// it did not.
 	restore func(ctx context.Context, files []File) (string, error)
@@ -357,10 +396,20 @@ func (c *Checker) Check(ctx context.Context) Result {
 		c.anyOK = false // kept below once this check has seen every cgroup
 	}
 	c.mu.Unlock()
+	var kl Kubelet
+	if c.opts.Kubelet != nil {
+		var ok bool
+		if kl, ok = c.opts.Kubelet(); !ok {
+			return res // the node's release is not known yet
+		}
+	}
+	_, canHigh := c.cg.(highReader)
+	page := c.cg.PageSize()
 	seen := map[string]bool{}
 	podPaths := map[types.UID]string{}
 	var pods []*corev1.Pod
-	for _, t := range targets(c.pods()) {
+	all := c.pods()
+	for _, t := range targets(all) {
 		if ctx.Err() != nil {
 			break
 		}
@@ -375,7 +424,12 @@ func (c *Checker) Check(ctx context.Context) Result {
 			}
 		}
 		want := Expected(t.res, c.opts.Period)
-		r, skip := c.unwritten(t.id, path, want, t.altWeight, sweep, quiet)
+		if kl.NoCPUQuota {
+			want.CPUMax = &spec.CPUMax{Quota: spec.Unlimited, Period: spec.DefaultPeriod}
+		}
+		high, hasHigh := ContainerMemoryHigh(t.pod, t.own, kl, page)
+		hasHigh = hasHigh && canHigh
+		r, skip := c.unwritten(t.id, path, want, t.altWeight, highKey(high, hasHigh), sweep, quiet)
 		if skip {
 			seen[t.id] = true
 			res.Skipped++
@@ -385,10 +439,17 @@ func (c *Checker) Check(ctx context.Context) Result {
 		if err != nil {
 			continue
 		}
+		sub := subject{key: t.id, pod: t.pod, container: t.name, id: t.id, path: path, st: st,
+			want: want, altWeight: t.altWeight, high: high, hasHigh: hasHigh}
+		if hasHigh {
+			if sub.found, err = c.cg.(highReader).ReadMemoryHigh(path); err != nil {
+				continue
+			}
+		}
 		seen[t.id] = true
 		res.Checked++
-		clean := c.judge(ctx, now, &res, subject{key: t.id, pod: t.pod, container: t.name, id: t.id, path: path, st: st,
-			want: want, altWeight: t.altWeight, restore: c.restoreContainer(t)})
+		sub.restore = c.restoreContainer(t, want, high, hasHigh)
+		clean := c.judge(ctx, now, &res, sub)
 		c.keep(t.id, r, clean)
 	}
 	for _, p := range pods { // settled, as targets
@@ -397,8 +458,14 @@ func (c *Checker) Check(ctx context.Context) Result {
 		}
 		path := podPaths[p.UID]
 		key := "pod/" + string(p.UID)
-		want := c.stored(path, PodExpected(p, c.opts.Period))
-		r, skip := c.unwritten(key, path, want, 0, sweep, quiet)
+		exp := PodExpected(p, c.opts.Period)
+		if kl.NoCPUQuota {
+			exp.CPUMax.Quota = spec.Unlimited
+		}
+		want := c.stored(path, exp)
+		high, hasHigh := c.podHighWant(p, kl, page)
+		hasHigh = hasHigh && canHigh
+		r, skip := c.unwritten(key, path, want, 0, highKey(high, hasHigh), sweep, quiet)
 		if skip {
 			seen[key] = true
 			res.Skipped++
@@ -408,9 +475,19 @@ func (c *Checker) Check(ctx context.Context) Result {
 		if err != nil {
 			continue
 		}
+		sub := subject{key: key, pod: p, path: path, st: st, want: want, high: high, hasHigh: hasHigh}
+		if hasHigh {
+			if sub.found, err = c.cg.(highReader).ReadMemoryHigh(path); err != nil {
+				continue
+			}
+			if high, ok := c.podHighFirstSight(p, kl, sub.found, page); ok {
+				sub.high = high
+			}
+		}
 		seen[key] = true
 		res.Pods++
-		clean := c.judge(ctx, now, &res, subject{key: key, pod: p, path: path, st: st, want: want, restore: c.restorePod(path, st, want)})
+		sub.restore = c.restorePod(path, st, want, sub.high, hasHigh)
+		clean := c.judge(ctx, now, &res, sub)
 		c.keep(key, r, clean)
 	}
 	c.mu.Lock()
@@ -432,6 +509,17 @@ func (c *Checker) Check(ctx context.Context) Result {
 			delete(c.clean, key)
 		}
 	}
+	// Kept while the pod is being resized (not a target then): a change
+	// of its request alone must find the value of the request before.
+	present := make(map[types.UID]bool, len(all))
+	for _, p := range all {
+		present[p.UID] = true
+	}
+	for uid := range c.podHigh {
+		if !present[uid] {
+			delete(c.podHigh, uid)
+		}
+	}
 	c.mu.Unlock()
 	if c.opts.Checked != nil {
 		c.opts.Checked()
@@ -445,7 +533,7 @@ func (c *Checker) Check(ctx context.Context) Result {
 // r is what keep records when this read finds it clean; ok false: no mark.
 // quiet: nothing was written anywhere since the last check, so the mark is
 // the last clean read's without looking it up.
-func (c *Checker) unwritten(key, path string, want spec.Resources, alt uint64, sweep, quiet bool) (r *cleanRead, skip bool) {
+func (c *Checker) unwritten(key, path string, want spec.Resources, alt uint64, high string, sweep, quiet bool) (r *cleanRead, skip bool) {
 	if c.opts.Writes == nil {
 		return nil, false
 	}
@@ -453,7 +541,7 @@ func (c *Checker) unwritten(key, path string, want spec.Resources, alt uint64, s
 	for _, v := range want.Values() {
 		b.WriteString(v.File + "=" + v.Data + ";")
 	}
-	fmt.Fprintf(&b, "alt=%d", alt)
+	fmt.Fprintf(&b, "alt=%d;%s", alt, high)
 	c.mu.Lock()
 	last, had := c.clean[key]
 	c.mu.Unlock()
@@ -485,6 +573,9 @@ func (c *Checker) keep(key string, r *cleanRead, clean bool) {
 // held the values.
 func (c *Checker) judge(ctx context.Context, now time.Time, res *Result, s subject) bool {
 	files := Differ(s.st, s.want, c.cg.PageSize())
+	if s.hasHigh && s.found != spec.PageAlign(s.high, c.cg.PageSize()) {
+		files = append(files, File{File: FileMemoryHigh, Expected: spec.FormatMax(s.high), Found: spec.FormatMax(s.found)})
+	}
 	if s.altWeight != 0 && s.st.CPUWeight == s.altWeight {
 		files = slices.DeleteFunc(files, func(f File) bool { return f.File == spec.FileCPUWeight })
 	}
@@ -574,9 +665,19 @@ func (c *Checker) judge(ctx context.Context, now time.Time, res *Result, s subje
 
 // restoreContainer writes the kubelet's values back through the runtime
 // (UpdateContainerResources), so that its record and the files agree.
-func (c *Checker) restoreContainer(t target) func(context.Context, []File) (string, error) {
+func (c *Checker) restoreContainer(t target, want spec.Resources, high int64, hasHigh bool) func(context.Context, []File) (string, error) {
 	return func(ctx context.Context, _ []File) (string, error) {
-		return "", c.rt.Update(ctx, t.id, RuntimeResources(t.res, c.opts.Period))
+		r := RuntimeResources(t.res, c.opts.Period)
+		r.CPUPeriod, r.CPUQuota = int64(want.CPUMax.Period), want.CPUMax.Quota
+		if hasHigh {
+			// The kubelet's value in the runtime's record too, so that
+			// containerd's next update (it merges the unified map) keeps it.
+			r.MemoryHigh = high
+			if high == spec.Unlimited {
+				r.MemoryHigh = cri.MemoryHighMax
+			}
+		}
+		return "", c.rt.Update(ctx, t.id, r)
 	}
 }
 
@@ -593,15 +694,18 @@ type Writer interface {
 // to the kubelet's values, through the cgroup package. A memory.max below
 // what the pod uses is not written: the kernel would reclaim or kill to
 // meet it, where the kubelet's own resize checks usage first.
-func (c *Checker) restorePod(path string, st spec.State, want spec.Resources) func(context.Context, []File) (string, error) {
+func (c *Checker) restorePod(path string, st spec.State, want spec.Resources, high int64, hasHigh bool) func(context.Context, []File) (string, error) {
 	return func(_ context.Context, files []File) (string, error) {
 		w, ok := c.cg.(Writer)
 		if !ok {
 			return "no cgroup writer: reported, not restored", nil
 		}
 		var r spec.Resources
+		setHigh := false
 		for _, f := range files {
 			switch f.File {
+			case FileMemoryHigh:
+				setHigh = hasHigh
 			case spec.FileCPUMax:
 				r.CPUMax = want.CPUMax
 			case spec.FileCPUWeight:
@@ -613,8 +717,79 @@ func (c *Checker) restorePod(path string, st spec.State, want spec.Resources) fu
 				r.MemoryMax = want.MemoryMax
 			}
 		}
-		return "", w.Write(path, r)
+		if !r.IsZero() {
+			if err := w.Write(path, r); err != nil {
+				return "", err
+			}
+		}
+		if setHigh {
+			hw, ok := c.cg.(highWriter)
+			if !ok {
+				return "no memory.high writer: reported, not restored", nil
+			}
+			// The file alone, also under the systemd driver: the unit's
+			// MemoryHigh is still the kubelet's (it sets the property);
+			// a stray write changed the file only.
+			return "", hw.SetMemoryHigh(path, high)
+		}
+		return "", nil
 	}
+}
+
+// highKey is the expected memory.high in a clean read's key.
+func highKey(high int64, ok bool) string {
+	if !ok {
+		return ""
+	}
+	return FileMemoryHigh + "=" + spec.FormatMax(high)
+}
+
+// podHighWant is the pod cgroup's memory.high as the kubelet last wrote it
+// for p's allocation: PodMemoryHigh when its memory limit is new (or the
+// pod first seen), else the value of the request at the limit's last
+// change (Checker.podHigh).
+func (c *Checker) podHighWant(p *corev1.Pod, k Kubelet, page int64) (int64, bool) {
+	alloc := podcgroup.Allocated(p)
+	high, ok := PodMemoryHigh(alloc, k, page)
+	if !ok {
+		return 0, false
+	}
+	lim := podcgroup.ForPod(alloc).MemoryLimit
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ref, had := c.podHigh[p.UID]
+	if had && ref.limit == lim {
+		return ref.high, true
+	}
+	// A new limit: the kubelet wrote the value of the request now.
+	c.podHigh[p.UID] = podHighRef{limit: lim, high: high, seen: had}
+	return high, true
+}
+
+// podHighFirstSight: a pod the check has just met whose memory.high is
+// not the value of its request now may have had its request changed
+// alone before the agent started (the kubelet then leaves the value of
+// the request before). found is taken as the kubelet's when it is one the
+// kubelet writes for some request under the pod's limit: page-aligned,
+// from factor × limit up to the limit.
+func (c *Checker) podHighFirstSight(p *corev1.Pod, k Kubelet, found, page int64) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ref, had := c.podHigh[p.UID]
+	if !had || ref.seen || found == ref.high {
+		if had {
+			ref.seen = true
+			c.podHigh[p.UID] = ref
+		}
+		return 0, false
+	}
+	ref.seen = true
+	lo := throttled(0, ref.limit, k.MemoryHighFactor, page)
+	if found != spec.Unlimited && found%page == 0 && lo != spec.Unlimited && found >= lo && found <= ref.limit {
+		ref.high = found
+	}
+	c.podHigh[p.UID] = ref
+	return ref.high, true
 }
 
 // storer is the optional part of Cgroups that says what a cgroup's files
