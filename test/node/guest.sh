@@ -86,7 +86,9 @@ else
 fi
 
 cp /payload/kubernetes/* /etc/kubernetes/
-cat >/etc/kubernetes/kubelet.yaml <<KCFG
+# Where kubeadm and kind write it, and where the agent's DaemonSet reads it
+# (deploy/base/daemonset.yaml, --kubelet-config).
+cat >/var/lib/kubelet/config.yaml <<KCFG
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # kind's choices: the systemd driver (kubelet 1.37 takes the driver from
@@ -99,6 +101,11 @@ containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 failSwapOn: false
 cpuManagerPolicy: none
 memoryManagerPolicy: None
+# MemoryQoS is on by default in 1.37 but sets no memory.high without a
+# factor (its default became nil): 0.8, not KEP-2570's 0.9, so that the
+# agent is seen to take the node's value (TestPodLevelDrift, TestWriteBack,
+# TestReclaim).
+memoryThrottlingFactor: 0.8
 # The guest's root is tmpfs: no filesystem stats for local storage.
 localStorageCapacityIsolation: false
 readOnlyPort: 0
@@ -119,7 +126,7 @@ Description=kubelet
 # The harness boots vmharness.target only: no sysinit.target to order after.
 DefaultDependencies=no
 [Service]
-ExecStart=/payload/bin/kubelet --config=/etc/kubernetes/kubelet.yaml --kubeconfig=/etc/kubernetes/kubelet.conf --hostname-override=$NODE --node-ip=10.0.2.15 --v=${KUBELET_V:-2}
+ExecStart=/payload/bin/kubelet --config=/var/lib/kubelet/config.yaml --kubeconfig=/etc/kubernetes/kubelet.conf --hostname-override=$NODE --node-ip=10.0.2.15 --v=${KUBELET_V:-2}
 StandardOutput=append:/var/log/node/kubelet.log
 StandardError=inherit
 Restart=always

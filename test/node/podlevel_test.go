@@ -18,7 +18,12 @@ import (
 // reported with the agent's CgroupDrift Event; a kubelet pod-level resize
 // (kubectl patch --subresource resize on spec.resources, 1.36+) is not
 // drift, neither for the pod cgroup nor for the container, which carries
-// the pod-level limit. Under --kube-drift=restore: TestWriteBack.
+// the pod-level limit. The node's kubelet sets memoryThrottlingFactor 0.8
+// (guest.sh), so under MemoryQoS the pod cgroup has the kubelet's
+// memory.high, which the agent expects too: a stray write to it is drift,
+// a change of the pod's memory request alone leaves it (the kubelet writes
+// it only with the limit), a new limit moves it. Under
+// --kube-drift=restore: TestWriteBack.
 func TestPodLevelDrift(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
@@ -56,11 +61,12 @@ func TestPodLevelDrift(t *testing.T) {
 		}
 		return strings.TrimSpace(out)
 	}
-	write := func(v string) time.Time {
+	writeFile := func(f, v string) time.Time {
 		t.Helper()
-		s.c.k(t, "-n", testNS, "exec", "plr", "--", "sh", "-c", dir+" && echo '"+v+"' > \"$d/cpu.max\"")
+		s.c.k(t, "-n", testNS, "exec", "plr", "--", "sh", "-c", dir+" && echo '"+v+"' > \"$d/"+f+"\"")
 		return time.Now()
 	}
+	write := func(v string) time.Time { return writeFile("cpu.max", v) }
 	appCPUMax := func() string {
 		out, err := s.c.try("-n", testNS, "exec", "plr", "--", "sh", "-c", appDir+" && cat \"$d/cpu.max\"")
 		if err != nil {
@@ -76,6 +82,19 @@ func TestPodLevelDrift(t *testing.T) {
 		t.Fatalf("pod cgroup cpu.max / cpu.weight / memory.max %q, want the kubelet's 50000 100000 / 8 / 134217728", got)
 	}
 	t.Logf("app container cpu.max %q", appCPUMax())
+	// MemoryQoS with the factor 0.8: floor((64Mi + 0.8 × 64Mi) / 4 KiB) ×
+	// 4 KiB for the pod (ApplyPodLevelMemoryHigh); none for the app
+	// container, which has no memory limit of its own in a pod with one.
+	appHigh := func() string {
+		out, err := s.c.try("-n", testNS, "exec", "plr", "--", "sh", "-c", appDir+" && cat \"$d/memory.high\"")
+		if err != nil {
+			t.Logf("reading the app container's memory.high: %v", err)
+		}
+		return strings.TrimSpace(out)
+	}
+	if got := podFile("memory.high") + " / " + appHigh(); got != "120795136 / max" {
+		t.Fatalf("memory.high of the pod cgroup / the app container %q, want the kubelet's 120795136 / max (is memoryThrottlingFactor 0.8 in the node's kubelet configuration?)", got)
+	}
 	events := func(name string) []corev1.Event {
 		l, err := s.c.cs.CoreV1().Events(testNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=CgroupDrift"})
 		if err != nil {
@@ -114,6 +133,24 @@ func TestPodLevelDrift(t *testing.T) {
 	}
 	write("50000 100000") // put back by hand
 
+	// The pod cgroup's memory.high, under MemoryQoS.
+	t0 = writeFile("memory.high", "100003840")
+	poll(t, "a CgroupDrift Event for the pod cgroup's memory.high", 250*time.Millisecond, func() (bool, error) {
+		for _, e := range events("plr") {
+			if strings.Contains(e.Message, "memory.high") {
+				ev = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	timing(t, "podlevel_memory_high_write_to_event", time.Since(t0))
+	t.Logf("Event: %s", ev.Message)
+	if !strings.Contains(ev.Message, "memory.high 100003840 (the kubelet's 120795136)") {
+		t.Errorf("event %q", ev.Message)
+	}
+	writeFile("memory.high", "120795136")
+
 	// A kubelet pod-level resize is not drift: no new Event while and
 	// after it runs, for the pod cgroup or the container.
 	time.Sleep(5 * time.Second)
@@ -140,6 +177,41 @@ func TestPodLevelDrift(t *testing.T) {
 			t.Errorf("CgroupDrift after a kubelet pod-level resize: %s", e.Message)
 		}
 	}
+	// The memory request alone: the kubelet writes no pod memory.high for
+	// it (setPodCgroupConfig, pkg/kubelet/kuberuntime/kuberuntime_manager.go),
+	// so the value of 64Mi stays, and it is not drift.
+	before = len(events("plr"))
+	s.c.k(t, "-n", testNS, "patch", "pod", "plr", "--subresource", "resize", "--patch",
+		`{"spec":{"resources":{"requests":{"memory":"96Mi"}}}}`)
+	t2 := time.Now()
+	poll(t, "the kubelet to allocate 96Mi", 250*time.Millisecond, func() (bool, error) {
+		p, err := s.c.cs.CoreV1().Pods(testNS).Get(ctx, "plr", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		m := p.Status.AllocatedResources[corev1.ResourceMemory]
+		return m.Cmp(q("96Mi")) == 0 && !hasCond(p, corev1.PodResizeInProgress) && !hasCond(p, corev1.PodResizePending), nil
+	})
+	timing(t, "podlevel_memory_request_resize", time.Since(t2))
+	afterDriftChecks(t, s.c, 2)
+	highAtRequestOnly := podFile("memory.high")
+	// Then the limit: floor((96Mi + 0.8 × 64Mi) / 4 KiB) × 4 KiB.
+	s.c.k(t, "-n", testNS, "patch", "pod", "plr", "--subresource", "resize", "--patch",
+		`{"spec":{"resources":{"limits":{"memory":"160Mi"}}}}`)
+	t2 = time.Now()
+	poll(t, "the pod cgroup's memory.max 160Mi from the kubelet", 250*time.Millisecond, func() (bool, error) {
+		return podFile("memory.max") == "167772160", nil
+	})
+	timing(t, "podlevel_memory_limit_resize", time.Since(t2))
+	afterDriftChecks(t, s.c, 3)
+	if got := podFile("memory.high"); highAtRequestOnly != "120795136" || got != "154349568" {
+		t.Errorf("pod memory.high %s after the request alone, %s after the limit: want the kubelet's 120795136, then 154349568", highAtRequestOnly, got)
+	}
+	if all := events("plr"); len(all) != before {
+		for _, e := range all[before:] {
+			t.Errorf("CgroupDrift after the kubelet's pod-level memory resizes: %s", e.Message)
+		}
+	}
 	// Nor on any other pod of the node.
 	all, err := s.c.cs.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=CgroupDrift"})
 	if err != nil {
@@ -151,4 +223,13 @@ func TestPodLevelDrift(t *testing.T) {
 		}
 	}
 	// Restore, opt-in: TestWriteBack, the last test.
+}
+
+func hasCond(p *corev1.Pod, t corev1.PodConditionType) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }

@@ -115,11 +115,12 @@ func resizeCondition(p *corev1.Pod) *corev1.PodCondition {
 }
 
 // kubeletHigh is the memory.high the kubelet 1.37 sets under MemoryQoS for
-// request and limit (throttling factor 0.9, 4 KiB pages): see
+// request and limit (the node's memoryThrottlingFactor 0.8, guest.sh; 4
+// KiB pages): see
 // generateLinuxContainerResources in
 // pkg/kubelet/kuberuntime/kuberuntime_container_linux.go.
 func kubeletHigh(request, limit int64) int64 {
-	return int64(float64(request)+float64(limit-request)*0.9) / 4096 * 4096
+	return int64(float64(request)+float64(limit-request)*0.8) / 4096 * 4096
 }
 
 // TestReclaim: a memory limit decrease below usage. The kubelet alone
@@ -252,10 +253,15 @@ func TestReclaim(t *testing.T) {
 		if after.max != newLimit {
 			t.Errorf("memory.max %d, want %d", after.max, newLimit)
 		}
-		// memory.high: what the agent found, or what the kubelet set with
-		// the decrease under MemoryQoS; never the agent's lowered hold.
-		if want := kubeletHigh(32<<20, newLimit); after.high != before.high && after.high != want && after.high != -1 {
-			t.Errorf("memory.high %d after the decrease: neither what it was (%d) nor the kubelet's for the new limit (%d)", after.high, before.high, want)
+		// memory.high: the kubelet's under MemoryQoS with the node's
+		// factor, before and after: the kubelet writes it with the
+		// decrease, and the agent puts back its own hold only where it is
+		// still there. Never the agent's lowered hold, never max.
+		if want := kubeletHigh(32<<20, 160<<20); before.high != want {
+			t.Errorf("memory.high %d before the decrease, want the kubelet's %d", before.high, want)
+		}
+		if want := kubeletHigh(32<<20, newLimit); after.high != want {
+			t.Errorf("memory.high %d after the decrease, want the kubelet's for the new limit %d (before: %d)", after.high, want, before.high)
 		}
 		ev := agentEvent(t, c, "cache", "MemoryReclaimed")
 		t.Logf("agent: %s", ev)
@@ -264,6 +270,9 @@ func TestReclaim(t *testing.T) {
 	t.Run("AnonymousGivesUp", func(t *testing.T) {
 		before := readMem(t, c, "anon")
 		t.Logf("before: %s", before)
+		if want := kubeletHigh(16<<20, 256<<20); before.high != want {
+			t.Errorf("memory.high %d before, want the kubelet's %d", before.high, want)
+		}
 		t0 := time.Now()
 		c.k(t, "-n", reclaimNS, "patch", "pod", "anon", "--subresource", "resize", "--patch", memPatch("16Mi", "40Mi"))
 		ev := agentEvent(t, c, "anon", "MemoryReclaimFailed")

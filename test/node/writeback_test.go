@@ -66,17 +66,18 @@ func TestWriteBack(t *testing.T) {
 		"ctr": containerDir(started[0].Status.ContainerStatuses[0].ContainerID),
 		"plr": podDir(string(started[1].UID)),
 	}
-	cpuMax := func(pod string) string {
+	read := func(pod, file string) string {
 		t.Helper()
-		out, err := c.try("-n", testNS, "exec", "ctr", "--", "sh", "-c", dirs[pod]+" && cat \"$d/cpu.max\"")
+		out, err := c.try("-n", testNS, "exec", "ctr", "--", "sh", "-c", dirs[pod]+" && cat \"$d/"+file+"\"")
 		if err != nil {
-			t.Logf("reading %s's cpu.max: %v", pod, err)
+			t.Logf("reading %s's %s: %v", pod, file, err)
 		}
 		return strings.TrimSpace(out)
 	}
-	write := func(pod, v string) time.Time {
+	cpuMax := func(pod string) string { return read(pod, "cpu.max") }
+	write := func(pod, file, v string) time.Time {
 		t.Helper()
-		c.k(t, "-n", testNS, "exec", "ctr", "--", "sh", "-c", dirs[pod]+" && echo '"+v+"' > \"$d/cpu.max\"")
+		c.k(t, "-n", testNS, "exec", "ctr", "--", "sh", "-c", dirs[pod]+" && echo '"+v+"' > \"$d/"+file+"\"")
 		return time.Now()
 	}
 	events := func(pod string) []corev1.Event {
@@ -115,19 +116,26 @@ func TestWriteBack(t *testing.T) {
 	}
 
 	// Stray writes: the kubelet's values come back, with the agent's Event.
-	for _, x := range []struct{ pod, event, timing string }{
-		{"ctr", "written back through the runtime", "drift_write_to_restore"},
-		{"plr", "written back to the pod cgroup", "podlevel_drift_write_to_restore"},
+	// memory.high is the kubelet's under MemoryQoS with the node's factor
+	// 0.8: "max" for ctr (its request is its limit), floor((64Mi + 0.8 ×
+	// 64Mi) / 4 KiB) × 4 KiB for plr's pod cgroup.
+	for _, x := range []struct{ pod, file, stray, want, event, timing string }{
+		{"ctr", "cpu.max", "30000 100000", "80000 100000", "written back through the runtime", "drift_write_to_restore"},
+		{"plr", "cpu.max", "30000 100000", "80000 100000", "written back to the pod cgroup", "podlevel_drift_write_to_restore"},
+		{"ctr", "memory.high", "104857600", "max", "written back through the runtime", "memory_high_write_to_restore"},
+		{"plr", "memory.high", "100003840", "120795136", "written back to the pod cgroup", "podlevel_memory_high_write_to_restore"},
 	} {
-		t1 := write(x.pod, "30000 100000")
-		poll(t, x.pod+"'s cpu.max restored to the kubelet's 80000 100000", 250*time.Millisecond, func() (bool, error) {
-			return cpuMax(x.pod) == "80000 100000", nil
+		t1 := write(x.pod, x.file, x.stray)
+		poll(t, x.pod+"'s "+x.file+" restored to the kubelet's "+x.want, 250*time.Millisecond, func() (bool, error) {
+			return read(x.pod, x.file) == x.want, nil
 		})
 		timing(t, x.timing, time.Since(t1))
+		// The kubelet's resized value, not the one the pod started with.
+		want := x.file + " " + x.stray + " (the kubelet's " + x.want + ")"
 		var msg string
-		poll(t, "the restore's Event on "+x.pod, time.Second, func() (bool, error) {
+		poll(t, "the restore's Event on "+x.pod+" saying "+want, time.Second, func() (bool, error) {
 			for _, e := range events(x.pod) {
-				if strings.Contains(e.Message, x.event) {
+				if strings.Contains(e.Message, x.event) && strings.Contains(e.Message, want) {
 					msg = e.Message
 					return true, nil
 				}
@@ -135,9 +143,5 @@ func TestWriteBack(t *testing.T) {
 			return false, nil
 		})
 		t.Logf("%s: %s", x.pod, msg)
-		// The kubelet's resized value, not the one the pod started with.
-		if !strings.Contains(msg, "cpu.max 30000 100000 (the kubelet's 80000 100000)") {
-			t.Errorf("%s: the Event does not say cpu.max 30000 100000 (the kubelet's 80000 100000): %s", x.pod, msg)
-		}
 	}
 }
