@@ -207,6 +207,13 @@ func TestPodLevelDrift(t *testing.T) {
 	if got := podFile("memory.high"); highAtRequestOnly != "120795136" || got != "154349568" {
 		t.Errorf("pod memory.high %s after the request alone, %s after the limit: want the kubelet's 120795136, then 154349568", highAtRequestOnly, got)
 	}
+	// The app container, "max" when created, has one from the pod's limit
+	// once the kubelet has resized it (updatePodContainerResources hands it
+	// the limit in force): 0.8 × 160Mi. The agent takes both as the
+	// kubelet's (allocdrift.ContainerMemoryHigh).
+	if got := appHigh(); got != "134217728" {
+		t.Errorf("app container memory.high %s after the pod-level resizes, want the kubelet's 134217728", got)
+	}
 	if all := events("plr"); len(all) != before {
 		for _, e := range all[before:] {
 			t.Errorf("CgroupDrift after the kubelet's pod-level memory resizes: %s", e.Message)

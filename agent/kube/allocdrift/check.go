@@ -367,9 +367,10 @@ type subject struct {
 	want      spec.Resources
 	// altWeight, when not 0, is a cpu.weight that is the kubelet's too.
 	altWeight uint64
-	// high is the kubelet's memory.high, compared with found when hasHigh.
-	high, found int64
-	hasHigh     bool
+	// high is the kubelet's memory.high, compared with found when hasHigh;
+	// altHigh, when not 0, is one that is the kubelet's too.
+	high, altHigh, found int64
+	hasHigh              bool
 	// restore writes the kubelet's values back; "" when it did, else why
 	// it did not.
 	restore func(ctx context.Context, files []File) (string, error)
@@ -427,9 +428,9 @@ func (c *Checker) Check(ctx context.Context) Result {
 		if kl.NoCPUQuota {
 			want.CPUMax = &spec.CPUMax{Quota: spec.Unlimited, Period: spec.DefaultPeriod}
 		}
-		high, hasHigh := ContainerMemoryHigh(t.pod, t.own, kl, page)
+		high, altHigh, hasHigh := ContainerMemoryHigh(t.pod, t.own, t.res.Limits.Memory().Value(), kl, page)
 		hasHigh = hasHigh && canHigh
-		r, skip := c.unwritten(t.id, path, want, t.altWeight, highKey(high, hasHigh), sweep, quiet)
+		r, skip := c.unwritten(t.id, path, want, t.altWeight, highKey(high, hasHigh)+fmt.Sprintf(",%d", altHigh), sweep, quiet)
 		if skip {
 			seen[t.id] = true
 			res.Skipped++
@@ -440,7 +441,7 @@ func (c *Checker) Check(ctx context.Context) Result {
 			continue
 		}
 		sub := subject{key: t.id, pod: t.pod, container: t.name, id: t.id, path: path, st: st,
-			want: want, altWeight: t.altWeight, high: high, hasHigh: hasHigh}
+			want: want, altWeight: t.altWeight, high: high, altHigh: altHigh, hasHigh: hasHigh}
 		if hasHigh {
 			if sub.found, err = c.cg.(highReader).ReadMemoryHigh(path); err != nil {
 				continue
@@ -573,7 +574,7 @@ func (c *Checker) keep(key string, r *cleanRead, clean bool) {
 // held the values.
 func (c *Checker) judge(ctx context.Context, now time.Time, res *Result, s subject) bool {
 	files := Differ(s.st, s.want, c.cg.PageSize())
-	if s.hasHigh && s.found != spec.PageAlign(s.high, c.cg.PageSize()) {
+	if s.hasHigh && s.found != spec.PageAlign(s.high, c.cg.PageSize()) && (s.altHigh == 0 || s.found != s.altHigh) {
 		files = append(files, File{File: FileMemoryHigh, Expected: spec.FormatMax(s.high), Found: spec.FormatMax(s.found)})
 	}
 	if s.altWeight != 0 && s.st.CPUWeight == s.altWeight {

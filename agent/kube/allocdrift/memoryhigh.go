@@ -35,30 +35,42 @@ type Kubelet struct {
 }
 
 // ContainerMemoryHigh is the memory.high the kubelet gives container c
-// (its spec, the allocation: the pod is settled) of pod p under MemoryQoS
-// with k's factor: generateLinuxContainerResources in
-// pkg/kubelet/kuberuntime/kuberuntime_container_linux.go (v1.37.2), which
-// it calls at creation and at every resize of the container's memory, so
-// the file follows the allocation. spec.Unlimited where the kubelet sets
-// none (the cgroup keeps "max"); ok false where it is not compared.
-// Memory the kubelet adds from DRA claims is not counted.
-func ContainerMemoryHigh(p *corev1.Pod, c corev1.ResourceRequirements, k Kubelet, page int64) (high int64, ok bool) {
+// (its own resources in the spec, the allocation: the pod is settled) of
+// pod p under MemoryQoS with k's factor: generateLinuxContainerResources
+// in pkg/kubelet/kuberuntime/kuberuntime_container_linux.go (v1.37.2),
+// which it calls at creation and at every resize of the container, so the
+// file follows the allocation. spec.Unlimited where the kubelet sets none
+// (the cgroup keeps "max"); ok false where it is not compared. Memory the
+// kubelet adds from DRA claims is not counted.
+//
+// alt, when not 0, is a second value that is the kubelet's too. A
+// container without a memory limit of its own in a pod with a pod-level
+// one gets none at creation (the pod cgroup's memory.high throttles it),
+// but once the kubelet has resized it, anything of it, CPU included, it
+// gets one from the pod's limit: updatePodContainerResources
+// (kuberuntime_manager.go) hands generateLinuxContainerResources the
+// container with the limit in force (effLimit, the pod's) and its own
+// request. Seen on the real node: "max" after creation, 0.8 × 128Mi after
+// a CPU resize of the pod, 0.8 × 160Mi after a memory limit resize.
+func ContainerMemoryHigh(p *corev1.Pod, c corev1.ResourceRequirements, effLimit int64, k Kubelet, page int64) (high, alt int64, ok bool) {
 	if k.MemoryHighFactor <= 0 || page <= 0 {
-		return 0, false
+		return 0, 0, false
 	}
 	req, lim := c.Requests.Memory().Value(), c.Limits.Memory().Value()
-	// A container without a limit in a pod with a pod-level one: the pod
-	// cgroup's memory.high throttles it.
 	if lim == 0 && k.PodLevelResources && resourcehelper.IsPodLevelResourcesSet(p) && !p.Spec.Resources.Limits.Memory().IsZero() {
-		return spec.Unlimited, true
+		alt = throttled(req, effLimit, k.MemoryHighFactor, page)
+		if alt == spec.Unlimited {
+			alt = 0
+		}
+		return spec.Unlimited, alt, true
 	}
 	if req == lim && req != 0 {
-		return spec.Unlimited, true
+		return spec.Unlimited, 0, true
 	}
 	if lim == 0 {
 		lim = k.AllocatableMemory
 	}
-	return throttled(req, lim, k.MemoryHighFactor, page), true
+	return throttled(req, lim, k.MemoryHighFactor, page), 0, true
 }
 
 // PodMemoryHigh is the memory.high the kubelet 1.37 gives the cgroup of a

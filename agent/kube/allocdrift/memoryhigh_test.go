@@ -24,29 +24,32 @@ func TestContainerMemoryHigh(t *testing.T) {
 	plain := pod(corev1.ResourceRequirements{}, corev1.ResourceRequirements{})
 	withPodLimit := podLevel(req(rl("memory", "128Mi"), rl("memory", "256Mi")), 1)
 	cases := []struct {
-		name string
-		p    *corev1.Pod
-		res  corev1.ResourceRequirements
-		k    allocdrift.Kubelet
-		want int64
-		ok   bool
+		name      string
+		p         *corev1.Pod
+		res       corev1.ResourceRequirements
+		k         allocdrift.Kubelet
+		want, alt int64
+		ok        bool
 	}{
 		// floor((128Mi + 0.9 × 128Mi) / 4 KiB) × 4 KiB
-		{"burstable 128Mi/256Mi", plain, req(rl("memory", "128Mi"), rl("memory", "256Mi")), k, 62259 * 4096, true},
+		{"burstable 128Mi/256Mi", plain, req(rl("memory", "128Mi"), rl("memory", "256Mi")), k, 62259 * 4096, 0, true},
 		// No limit: the node's allocatable memory stands for it.
-		{"no limit", plain, req(rl("memory", "128Mi"), nil), k, 1890713 * 4096, true},
-		{"guaranteed", plain, req(rl("memory", "256Mi"), rl("memory", "256Mi")), k, spec.Unlimited, true},
+		{"no limit", plain, req(rl("memory", "128Mi"), nil), k, 1890713 * 4096, 0, true},
+		{"guaranteed", plain, req(rl("memory", "256Mi"), rl("memory", "256Mi")), k, spec.Unlimited, 0, true},
 		// kubernetes#137685: a BestEffort container gets memory.high from
 		// the allocatable memory too.
-		{"best effort", plain, corev1.ResourceRequirements{}, k, 1887436 * 4096, true},
-		{"no limit, pod-level limit", withPodLimit, req(rl("memory", "64Mi"), nil), k, spec.Unlimited, true},
-		{"own limit in a pod with a pod-level one", withPodLimit, req(rl("memory", "64Mi"), rl("memory", "128Mi")), k, 31129 * 4096, true},
-		{"no factor", plain, req(rl("memory", "128Mi"), rl("memory", "256Mi")), allocdrift.Kubelet{}, 0, false},
+		{"best effort", plain, corev1.ResourceRequirements{}, k, 1887436 * 4096, 0, true},
+		// None at creation; after a resize, from the pod's 256Mi (seen on
+		// the real node, TestPodLevelDrift).
+		{"no limit, pod-level limit", withPodLimit, req(rl("memory", "64Mi"), nil), k, spec.Unlimited, 60620 * 4096, true},
+		{"no request nor limit, pod-level limit", withPodLimit, corev1.ResourceRequirements{}, k, spec.Unlimited, 58982 * 4096, true},
+		{"own limit in a pod with a pod-level one", withPodLimit, req(rl("memory", "64Mi"), rl("memory", "128Mi")), k, 31129 * 4096, 0, true},
+		{"no factor", plain, req(rl("memory", "128Mi"), rl("memory", "256Mi")), allocdrift.Kubelet{}, 0, 0, false},
 	}
 	for _, c := range cases {
-		got, ok := allocdrift.ContainerMemoryHigh(c.p, c.res, c.k, 4096)
-		if got != c.want || ok != c.ok {
-			t.Errorf("%s: %d %v, want %d %v", c.name, got, ok, c.want, c.ok)
+		got, alt, ok := allocdrift.ContainerMemoryHigh(c.p, c.res, 256*mi, c.k, 4096)
+		if got != c.want || alt != c.alt || ok != c.ok {
+			t.Errorf("%s: %d %d %v, want %d %d %v", c.name, got, alt, ok, c.want, c.alt, c.ok)
 		}
 	}
 }
@@ -169,7 +172,14 @@ func TestMemoryHighDrift(t *testing.T) {
 	if r := h.check(10 * time.Second); r.Drifted != 0 {
 		t.Fatalf("after the restore: %+v", r)
 	}
-	// The container: "max" is the kubelet's.
+	// The container: "max" is the kubelet's, and so is 0.8 × the pod's
+	// 200Mi, what it writes once it has resized the pod.
+	n.SetMemoryHigh(ctrPath, 160*mi)
+	for range 2 {
+		if r := h.check(5 * time.Second); r.Drifted != 0 {
+			t.Fatalf("the kubelet's memory.high after a resize: %+v", r)
+		}
+	}
 	n.SetMemoryHigh(ctrPath, 64*mi)
 	h.check(time.Second)
 	r = h.check(3 * time.Second)
