@@ -27,6 +27,11 @@ func readMem(t *testing.T, c *cluster, pod string) cgMem {
 	t.Helper()
 	out := c.k(t, "-n", reclaimNS, "exec", pod, "-c", "app", "--", "sh", "-c",
 		"cat /sys/fs/cgroup/memory.current /sys/fs/cgroup/memory.high /sys/fs/cgroup/memory.max; cut -d' ' -f22 /proc/1/stat")
+	return parseMem(t, pod, out)
+}
+
+func parseMem(t *testing.T, pod, out string) cgMem {
+	t.Helper()
 	f := strings.Fields(out)
 	if len(f) != 4 {
 		t.Fatalf("reading the memory files of %s: %q", pod, out)
@@ -93,6 +98,24 @@ const pageCache = "dd if=/dev/zero of=/data/$(hostname) bs=1M count=96 && sync &
 // cannot be reclaimed without swap (the guest has none).
 const anonymous = "x=$(head -c 67108864 /dev/zero | tr '\\0' a)"
 
+// podLevelMemPod is memPod with the memory at the pod level: its container
+// has no resources of its own, and is privileged with the node's cgroup
+// tree at /host/cgroup, so that the test reads the pod cgroup.
+func podLevelMemPod(node, name, script, request, limit string) *corev1.Pod {
+	p := strayWriter(memPod(node, name, script, request, limit))
+	p.Spec.Resources = p.Spec.Containers[0].Resources.DeepCopy()
+	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+	return p
+}
+
+// readPodMem is readMem of p's pod cgroup (p a podLevelMemPod).
+func readPodMem(t *testing.T, c *cluster, p *corev1.Pod) cgMem {
+	t.Helper()
+	out := c.k(t, "-n", reclaimNS, "exec", p.Name, "-c", "app", "--", "sh", "-c",
+		podDir(string(p.UID))+` && cat "$d/memory.current" "$d/memory.high" "$d/memory.max"; cut -d' ' -f22 /proc/1/stat`)
+	return parseMem(t, p.Name, out)
+}
+
 func memPatch(request, limit string) string {
 	return fmt.Sprintf(`{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"50m","memory":%q},"limits":{"cpu":"1","memory":%q}}}]}}`, request, limit)
 }
@@ -126,8 +149,11 @@ func kubeletHigh(request, limit int64) int64 {
 // TestReclaim: a memory limit decrease below usage. The kubelet alone
 // (before the agent is deployed) refuses it and keeps it in progress with
 // reason Error; with the agent the page cache is reclaimed and the kubelet
-// applies it, in place; with anonymous memory the agent gives up with an
-// Event of its own, the container untouched and memory.high as it was.
+// applies it, in place, to a container's limit and to a pod-level one;
+// with anonymous memory the agent gives up with an Event of its own, the
+// container untouched and memory.high as it was. The node's kubelet sets
+// memory.high (MemoryQoS, factor 0.8): it is the kubelet's before and
+// after every decrease.
 func TestReclaim(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
@@ -139,14 +165,17 @@ func TestReclaim(t *testing.T) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	names := []string{"cache", "anon"}
+	names := []string{"cache", "anon", "podcache"}
 	if !agentThere {
 		names = append(names, "cache-before")
 	}
 	for _, n := range names {
 		p := memPod(node.Name, n, pageCache, "32Mi", "160Mi")
-		if n == "anon" {
+		switch n {
+		case "anon":
 			p = memPod(node.Name, n, anonymous, "16Mi", "256Mi")
+		case "podcache":
+			p = podLevelMemPod(node.Name, n, pageCache, "32Mi", "160Mi")
 		}
 		if _, err := c.cs.CoreV1().Pods(reclaimNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -265,6 +294,56 @@ func TestReclaim(t *testing.T) {
 		}
 		ev := agentEvent(t, c, "cache", "MemoryReclaimed")
 		t.Logf("agent: %s", ev)
+	})
+
+	// A pod-level memory limit lowered below the pod's usage: the agent
+	// reclaims in the pod cgroup, holding the pod's memory.high, and the
+	// kubelet applies the decrease to the pod and its container in place.
+	t.Run("PodLevel", func(t *testing.T) {
+		p0, err := c.cs.CoreV1().Pods(reclaimNS).Get(ctx, "podcache", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := readPodMem(t, c, p0)
+		t.Logf("pod cgroup before: %s", before)
+		if before.current < newLimit {
+			t.Fatalf("pod usage %d is not above the new limit %d", before.current, newLimit)
+		}
+		// ApplyPodLevelMemoryHigh: the same formula over the pod's request
+		// and limit.
+		if want := kubeletHigh(32<<20, 160<<20); before.high != want {
+			t.Errorf("pod memory.high %d before, want the kubelet's %d", before.high, want)
+		}
+		t0 := time.Now()
+		c.k(t, "-n", reclaimNS, "patch", "pod", "podcache", "--subresource", "resize", "--patch",
+			`{"spec":{"resources":{"requests":{"memory":"32Mi"},"limits":{"memory":"48Mi"}}}}`)
+		var p *corev1.Pod
+		poll(t, "the kubelet to apply the pod-level decrease", 200*time.Millisecond, func() (bool, error) {
+			var err error
+			p, err = c.cs.CoreV1().Pods(reclaimNS).Get(ctx, "podcache", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			// The pod's status.resources is read back from its cgroup.
+			done := p.Status.Resources != nil && p.Status.Resources.Limits.Memory().Value() == newLimit
+			return done && resizeCondition(p) == nil && p.Status.ObservedGeneration == p.Generation, nil
+		})
+		timing(t, "reclaim_podlevel_patch_to_pod_cgroup", time.Since(t0))
+		after := readPodMem(t, c, p)
+		t.Logf("pod cgroup after: %s", after)
+		if after.max != newLimit {
+			t.Errorf("pod memory.max %d, want %d", after.max, newLimit)
+		}
+		a, b := p.Status.ContainerStatuses[0], p0.Status.ContainerStatuses[0]
+		if after.start != before.start || a.ContainerID != b.ContainerID || a.RestartCount != 0 {
+			t.Errorf("not in place: PID 1 start %s -> %s, container %s -> %s, restarts %d", before.start, after.start, b.ContainerID, a.ContainerID, a.RestartCount)
+		}
+		// The kubelet wrote the pod's memory.high with its new limit; the
+		// agent left it.
+		if want := kubeletHigh(32<<20, newLimit); after.high != want {
+			t.Errorf("pod memory.high %d after the decrease, want the kubelet's for the new limit %d", after.high, want)
+		}
+		t.Logf("agent: %s", agentEvent(t, c, "podcache", "MemoryReclaimed"))
 	})
 
 	t.Run("AnonymousGivesUp", func(t *testing.T) {
