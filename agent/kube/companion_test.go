@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/resizer/resize-agent/agent/kube/allocdrift"
+	"github.com/resizer/resize-agent/agent/kube/fit"
+	"github.com/resizer/resize-agent/agent/kube/kubeletconfig"
 	"github.com/resizer/resize-agent/agent/metrics"
 	"github.com/resizer/resize-agent/cgroup/spec"
 	"github.com/resizer/resize-agent/cri"
@@ -131,5 +133,62 @@ func waitFor(ctx context.Context, t *testing.T, what string, f func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// The kubelet's configuration file reaches the prediction (its CPU manager
+// policy) and the drift check (its CPU quota and MemoryQoS factor, for the
+// release the Node reports).
+func TestCompanionTakesTheKubeletsConfiguration(t *testing.T) {
+	q := func(s string) resource.Quantity { return resource.MustParse(s) }
+	res := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: q("1"), corev1.ResourceMemory: q("64Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: q("1"), corev1.ResourceMemory: q("64Mi")},
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: "ns", UID: "u", Generation: 1},
+		Spec:       corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "app", Resources: res}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, QOSClass: corev1.PodQOSGuaranteed, ObservedGeneration: 1,
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", ContainerID: "containerd://c",
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}, AllocatedResources: res.Requests, Resources: &res}}},
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: corev1.NodeStatus{
+		Allocatable: corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("1Gi"), corev1.ResourcePods: q("10")},
+		NodeInfo:    corev1.NodeSystemInfo{KubeletVersion: "v1.37.2"},
+	}}
+	up := pod.DeepCopy()
+	up.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = q("2")
+	up.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = q("2")
+	off, factor := false, 0.8
+	for _, c := range []struct {
+		file kubeletconfig.File
+		want fit.Verdict
+	}{
+		{kubeletconfig.File{}, fit.Fit},
+		{kubeletconfig.File{CPUManagerPolicy: "static", CPUCFSQuota: &off, MemoryThrottlingFactor: &factor}, fit.Infeasible},
+	} {
+		cfg := CapacityConfig{NodeName: "n", Logger: quiet, Predictor: &LivePredictor{}, Kubelet: c.file}
+		view, stop, err := startCompanion(context.Background(), cfg, fake.NewClientset(node, pod))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		if !view.WaitSynced(ctx) {
+			t.Fatal("view not synced")
+		}
+		waitFor(ctx, t, "the Node read", func() bool { _, _, err := view.Node(); return err == nil })
+		if p := cfg.Predictor.Predict(up); p == nil || p.Verdict != c.want {
+			t.Errorf("cpuManagerPolicy %q: a CPU resize of a Guaranteed pod predicted %+v, want %s", c.file.CPUManagerPolicy, p, c.want)
+		}
+		k, ok := driftKubelet(view, c.file)
+		want := allocdrift.Kubelet{PodLevelResources: true, PodMemoryHigh: true, AllocatableMemory: 1 << 30}
+		if c.file.CPUCFSQuota != nil {
+			want.NoCPUQuota, want.MemoryHighFactor = true, 0.8
+		}
+		if !ok || k != want {
+			t.Errorf("drift check's kubelet %+v %v, want %+v", k, ok, want)
+		}
+		cancel()
+		stop()
 	}
 }
