@@ -108,18 +108,25 @@ func TestPodLevelDrift(t *testing.T) {
 		t.Fatalf("CgroupDrift on the untouched pod: %s", ev[0].Message)
 	}
 
+	// waitEvent waits for plr's CgroupDrift Event that says what.
+	waitEvent := func(what string) corev1.Event {
+		t.Helper()
+		var ev corev1.Event
+		poll(t, "a CgroupDrift Event saying "+what, 250*time.Millisecond, func() (bool, error) {
+			for _, e := range events("plr") {
+				if strings.Contains(e.Message, what) {
+					ev = e
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		return ev
+	}
+
 	// Report (the default).
 	t0 := write("20000 100000")
-	var ev corev1.Event
-	poll(t, "a CgroupDrift Event for the pod cgroup", 250*time.Millisecond, func() (bool, error) {
-		for _, e := range events("plr") {
-			if strings.Contains(e.Message, "pod cgroup:") {
-				ev = e
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	ev := waitEvent("pod cgroup:")
 	timing(t, "podlevel_drift_write_to_event", time.Since(t0))
 	t.Logf("Event: %s %s: %s (from %s)", ev.Type, ev.Reason, ev.Message, ev.Source.Component)
 	if ev.Type != corev1.EventTypeWarning || ev.Source.Component != "resize-agent" || !strings.Contains(ev.Message, "cpu.max 20000 100000 (the kubelet's 50000 100000)") {
@@ -135,15 +142,7 @@ func TestPodLevelDrift(t *testing.T) {
 
 	// The pod cgroup's memory.high, under MemoryQoS.
 	t0 = writeFile("memory.high", "100003840")
-	poll(t, "a CgroupDrift Event for the pod cgroup's memory.high", 250*time.Millisecond, func() (bool, error) {
-		for _, e := range events("plr") {
-			if strings.Contains(e.Message, "memory.high") {
-				ev = e
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	ev = waitEvent("memory.high")
 	timing(t, "podlevel_memory_high_write_to_event", time.Since(t0))
 	t.Logf("Event: %s", ev.Message)
 	if !strings.Contains(ev.Message, "memory.high 100003840 (the kubelet's 120795136)") {
