@@ -42,6 +42,7 @@ import (
 
 	"github.com/resizer/resize-agent/agent/actuate"
 	"github.com/resizer/resize-agent/agent/intent"
+	"github.com/resizer/resize-agent/agent/kube/podcgroup"
 	"github.com/resizer/resize-agent/cgroup"
 )
 
@@ -217,19 +218,19 @@ type Decrease struct {
 }
 
 // Pending lists p's memory limit decreases the kubelet has not carried out
-// yet: its containers', then the pod's (whose usage holds theirs, so that
-// reclaiming for them first may be all it takes). Only running pods with a status reporting the
-// limits are judged.
+// yet: its containers' and sidecars' (restartable init containers, which
+// the kubelet resizes in place too), then the pod's (whose usage holds
+// theirs, so that reclaiming for them first may be all it takes). Only
+// running pods with a status reporting the limits are judged.
 func Pending(p *corev1.Pod) []Decrease {
 	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 		return nil
 	}
 	desired, actuated := limits(p)
 	var out []Decrease
-	for i := range p.Spec.Containers {
-		name := p.Spec.Containers[i].Name
-		if d, a := desired[name], actuated[name]; d > 0 && a > d {
-			out = append(out, Decrease{Container: name, Desired: d, Actuated: a})
+	for _, c := range resizable(p) {
+		if d, a := desired[c.Name], actuated[c.Name]; d > 0 && a > d {
+			out = append(out, Decrease{Container: c.Name, Desired: d, Actuated: a})
 		}
 	}
 	if d, a := desired[""], actuated[""]; d > 0 && a > d {
@@ -238,16 +239,33 @@ func Pending(p *corev1.Pod) []Decrease {
 	return out
 }
 
+// resizable are p's containers the kubelet resizes in place: its
+// containers and its sidecars.
+func resizable(p *corev1.Pod) []*corev1.Container {
+	var out []*corev1.Container
+	for i := range p.Spec.InitContainers {
+		if c := &p.Spec.InitContainers[i]; c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			out = append(out, c)
+		}
+	}
+	for i := range p.Spec.Containers {
+		out = append(out, &p.Spec.Containers[i])
+	}
+	return out
+}
+
 // limits are the memory limits p's spec asks for (desired) and its status
-// reports (actuated), by running container and, under "", for the pod
-// cgroup. The pod's is its own with pod-level resources; otherwise, as the
-// kubelet's validateMemoryResizeAction judges it, the sum of its
-// containers' limits and the pod overhead when every container has one
-// (the pod cgroup's memory.max, pkg/kubelet/cm/helpers_linux.go
-// ResourceConfigForPod): lowering a container's limit lowers the pod's,
-// and the kubelet refuses that too while the pod's usage (the pause
-// container's included) is not under it. Restartable init containers
-// (sidecars) are left out.
+// reports (actuated), by running container or sidecar and, under "", for
+// the pod cgroup. The pod's is its own with pod-level resources;
+// otherwise, as the kubelet's validateMemoryResizeAction judges it, the
+// pod cgroup's memory.max (ResourceConfigForPod,
+// pkg/kubelet/cm/helpers_linux.go, through agent/kube/podcgroup: every
+// container's limit, sidecars and init containers counted the kubelet's
+// way, overhead added; none unless all of them have one) over the spec
+// and over what the status reports: lowering a container's limit lowers
+// the pod's, and the kubelet refuses that too while the pod's usage (the
+// pause container's included) is not under it. The pod's is judged only
+// while every container and sidecar runs with its limits reported.
 func limits(p *corev1.Pod) (desired, actuated map[string]int64) {
 	limit := func(rr *corev1.ResourceRequirements) int64 {
 		if rr == nil {
@@ -258,29 +276,28 @@ func limits(p *corev1.Pod) (desired, actuated map[string]int64) {
 	}
 	desired, actuated = map[string]int64{}, map[string]int64{}
 	status := map[string]*corev1.ContainerStatus{}
-	for i := range p.Status.ContainerStatuses {
-		cs := &p.Status.ContainerStatuses[i]
-		status[cs.Name] = cs
-	}
-	var dSum, aSum int64
-	all := len(p.Spec.Containers) > 0
-	for i := range p.Spec.Containers {
-		c := &p.Spec.Containers[i]
-		d, a := limit(&c.Resources), int64(0)
-		if cs := status[c.Name]; cs != nil && cs.State.Running != nil {
-			a = limit(cs.Resources)
-			desired[c.Name], actuated[c.Name] = d, a
+	for _, l := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for i := range l {
+			status[l[i].Name] = &l[i]
 		}
-		if d == 0 || a == 0 {
-			all = false
-		}
-		dSum, aSum = dSum+d, aSum+a
 	}
-	if p.Spec.Resources != nil && limit(p.Spec.Resources) > 0 {
+	reported := true
+	for _, c := range resizable(p) {
+		cs := status[c.Name]
+		if cs == nil || cs.State.Running == nil || limit(cs.Resources) == 0 {
+			reported = false
+			continue
+		}
+		desired[c.Name], actuated[c.Name] = limit(&c.Resources), limit(cs.Resources)
+	}
+	switch {
+	case p.Spec.Resources != nil && limit(p.Spec.Resources) > 0:
 		desired[""], actuated[""] = limit(p.Spec.Resources), limit(p.Status.Resources)
-	} else if all {
-		over := p.Spec.Overhead[corev1.ResourceMemory]
-		desired[""], actuated[""] = dSum+over.Value(), aSum+over.Value()
+	case reported:
+		d, a := podcgroup.ForPod(p).MemoryLimit, podcgroup.ForPod(podcgroup.Allocated(p)).MemoryLimit
+		if d > 0 && a > 0 {
+			desired[""], actuated[""] = d, a
+		}
 	}
 	return desired, actuated
 }

@@ -52,6 +52,37 @@ func TestPending(t *testing.T) {
 	if got := Pending(p); len(got) != 0 {
 		t.Errorf("no status resources: %+v", got)
 	}
+	// A sidecar is resized in place too; the pod's limit counts it, and an
+	// init container that ran before, the kubelet's way (the larger of the
+	// init container and what runs after it).
+	always := corev1.ContainerRestartPolicyAlways
+	lim := func(v string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(v)}}
+	}
+	sc := pod("48Mi", "160Mi")
+	sc.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: lim("300Mi")}, {Name: "side", RestartPolicy: &always, Resources: lim("32Mi")}}
+	side := lim("64Mi")
+	sc.Status.InitContainerStatuses = []corev1.ContainerStatus{
+		{Name: "init", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}},
+		{Name: "side", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}, Resources: &side},
+	}
+	// Pod: max(init 300Mi, side 32Mi + app 48Mi) = 300Mi both ways: no
+	// decrease of the pod's own.
+	if got := Pending(sc); len(got) != 2 || got[0] != (Decrease{Container: "side", Desired: 32 * mi, Actuated: 64 * mi}) || got[1].Container != "app" {
+		t.Errorf("sidecar decrease: %+v", got)
+	}
+	sc.Spec.InitContainers[0].Resources = lim("16Mi")
+	if got := Pending(sc); len(got) != 3 || got[2] != (Decrease{Desired: 80 * mi, Actuated: 224 * mi}) {
+		t.Errorf("sidecar and container decreases, the pod's sum: %+v", got)
+	}
+	sc.Spec.Overhead = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("10Mi")}
+	if got := Pending(sc); len(got) != 3 || got[2] != (Decrease{Desired: 90 * mi, Actuated: 234 * mi}) {
+		t.Errorf("with overhead: %+v", got)
+	}
+	sc.Status.InitContainerStatuses[1].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}}
+	if got := Pending(sc); len(got) != 1 || got[0].Container != "app" {
+		t.Errorf("a sidecar not running: neither its nor the pod's judged: %+v", got)
+	}
 	pl := pod("48Mi", "48Mi")
 	pl.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}}
 	pl.Status.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}}
