@@ -25,7 +25,12 @@ type cgMem struct {
 
 func readMem(t *testing.T, c *cluster, pod string) cgMem {
 	t.Helper()
-	out := c.k(t, "-n", reclaimNS, "exec", pod, "-c", "app", "--", "sh", "-c",
+	return readMemOf(t, c, pod, "app")
+}
+
+func readMemOf(t *testing.T, c *cluster, pod, container string) cgMem {
+	t.Helper()
+	out := c.k(t, "-n", reclaimNS, "exec", pod, "-c", container, "--", "sh", "-c",
 		"cat /sys/fs/cgroup/memory.current /sys/fs/cgroup/memory.high /sys/fs/cgroup/memory.max; cut -d' ' -f22 /proc/1/stat")
 	return parseMem(t, pod, out)
 }
@@ -108,6 +113,27 @@ func podLevelMemPod(node, name, script, request, limit string) *corev1.Pod {
 	return p
 }
 
+// sidecarMemPod is memPod with the filling container a sidecar (a
+// restartable init container, "side") beside an idle "app".
+func sidecarMemPod(node, name, script, request, limit string) *corev1.Pod {
+	p := memPod(node, name, script, request, limit)
+	side := p.Spec.Containers[0]
+	side.Name, side.RestartPolicy = "side", new(corev1.ContainerRestartPolicyAlways)
+	p.Spec.InitContainers = []corev1.Container{side}
+	app := ctr("app", "10m", "16Mi")
+	app.Image = side.Image
+	p.Spec.Containers = []corev1.Container{app}
+	return p
+}
+
+// filler is the container of test pod n that fills its memory.
+func filler(n string) string {
+	if n == "sidecache" {
+		return "side"
+	}
+	return "app"
+}
+
 // readPodMem is readMem of p's pod cgroup (p a podLevelMemPod).
 func readPodMem(t *testing.T, c *cluster, p *corev1.Pod) cgMem {
 	t.Helper()
@@ -165,7 +191,7 @@ func TestReclaim(t *testing.T) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	names := []string{"cache", "anon", "podcache"}
+	names := []string{"cache", "anon", "podcache", "sidecache"}
 	if !agentThere {
 		names = append(names, "cache-before")
 	}
@@ -176,6 +202,8 @@ func TestReclaim(t *testing.T) {
 			p = memPod(node.Name, n, anonymous, "16Mi", "256Mi")
 		case "podcache":
 			p = podLevelMemPod(node.Name, n, pageCache, "32Mi", "160Mi")
+		case "sidecache":
+			p = sidecarMemPod(node.Name, n, pageCache, "32Mi", "160Mi")
 		}
 		if _, err := c.cs.CoreV1().Pods(reclaimNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -187,7 +215,7 @@ func TestReclaim(t *testing.T) {
 			if err != nil || !podReady(p) {
 				return false, err
 			}
-			out, err := c.try("-n", reclaimNS, "logs", n)
+			out, err := c.try("-n", reclaimNS, "logs", n, "-c", filler(n))
 			return strings.Contains(out, "filled"), err
 		})
 		if n == "podcache" {
@@ -199,7 +227,7 @@ func TestReclaim(t *testing.T) {
 			t.Logf("%s filled: pod cgroup %s", n, readPodMem(t, c, p))
 			continue
 		}
-		t.Logf("%s filled: %s", n, readMem(t, c, n))
+		t.Logf("%s filled: %s", n, readMemOf(t, c, n, filler(n)))
 	}
 	// Page cache of a file on tmpfs is shmem, which no reclaim frees
 	// without swap: the test means a disk.
@@ -353,6 +381,43 @@ func TestReclaim(t *testing.T) {
 			t.Errorf("pod memory.high %d after the decrease, want the kubelet's for the new limit %d", after.high, want)
 		}
 		t.Logf("agent: %s", agentEvent(t, c, "podcache", "MemoryReclaimed"))
+	})
+
+	// A sidecar's (a restartable init container's) memory limit lowered
+	// below its usage: resized in place like a container, with the same
+	// help.
+	t.Run("Sidecar", func(t *testing.T) {
+		p0, err := c.cs.CoreV1().Pods(reclaimNS).Get(ctx, "sidecache", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := readMemOf(t, c, "sidecache", "side")
+		t.Logf("sidecar before: %s", before)
+		t0 := time.Now()
+		c.k(t, "-n", reclaimNS, "patch", "pod", "sidecache", "--subresource", "resize", "--patch",
+			`{"spec":{"initContainers":[{"name":"side","resources":{"requests":{"memory":"32Mi"},"limits":{"memory":"48Mi"}}}]}}`)
+		var p *corev1.Pod
+		poll(t, "the kubelet to apply the sidecar's decrease", 200*time.Millisecond, func() (bool, error) {
+			var err error
+			p, err = c.cs.CoreV1().Pods(reclaimNS).Get(ctx, "sidecache", metav1.GetOptions{})
+			if err != nil || len(p.Status.InitContainerStatuses) == 0 {
+				return false, err
+			}
+			r := p.Status.InitContainerStatuses[0].Resources
+			return r != nil && r.Limits.Memory().Value() == newLimit && resizeCondition(p) == nil, nil
+		})
+		timing(t, "reclaim_sidecar_patch_to_status", time.Since(t0))
+		after := readMemOf(t, c, "sidecache", "side")
+		t.Logf("sidecar after: %s", after)
+		a, b := p.Status.InitContainerStatuses[0], p0.Status.InitContainerStatuses[0]
+		if after.start != before.start || a.ContainerID != b.ContainerID || a.RestartCount != 0 || after.max != newLimit {
+			t.Errorf("not in place: PID 1 start %s -> %s, container %s -> %s, restarts %d, memory.max %d",
+				before.start, after.start, b.ContainerID, a.ContainerID, a.RestartCount, after.max)
+		}
+		if want := kubeletHigh(32<<20, newLimit); after.high != want {
+			t.Errorf("sidecar memory.high %d after the decrease, want the kubelet's %d", after.high, want)
+		}
+		t.Logf("agent: %s", agentEvent(t, c, "sidecache", "MemoryReclaimed"))
 	})
 
 	t.Run("AnonymousGivesUp", func(t *testing.T) {
