@@ -217,7 +217,8 @@ func (t *Tracker) observe(p *corev1.Pod, now time.Time) {
 	podSpec := podLevel(p)
 	pt.ids = map[string]string{}
 	pt.started = map[string]time.Time{}
-	for _, cs := range p.Status.ContainerStatuses {
+	// Running init containers are sidecars, resized like containers.
+	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 		if cs.State.Running != nil && cs.ContainerID != "" {
 			pt.ids[cs.Name] = cs.ContainerID
 			pt.started[cs.Name] = cs.State.Running.StartedAt.Time

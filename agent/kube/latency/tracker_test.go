@@ -831,3 +831,38 @@ func TestMirrorPodLocated(t *testing.T) {
 		t.Errorf("Targets() %+v, want the static pod's container at %s, labelled with the mirror pod's UID", ts, ctrCgroup)
 	}
 }
+
+// sidecar is p with its container a sidecar: a restartable init
+// container, its status among the init containers'.
+func sidecar(p *corev1.Pod) *corev1.Pod {
+	always := corev1.ContainerRestartPolicyAlways
+	p.Spec.InitContainers, p.Spec.Containers = p.Spec.Containers, nil
+	p.Spec.InitContainers[0].RestartPolicy = &always
+	p.Status.InitContainerStatuses, p.Status.ContainerStatuses = p.Status.ContainerStatuses, nil
+	return p
+}
+
+// A sidecar's resize is timed to its cgroup too (the node's first sidecar
+// resize had no cgroup phase: only the containers' statuses were looked
+// at).
+func TestSidecarResizeTimed(t *testing.T) {
+	f := newFixture(t)
+	f.observe(sidecar(testPod(1, small)))
+	f.at(5 * time.Second)
+	if ts := f.tr.Targets(); len(ts) != 1 || ts[0].Cgroup != ctrCgroup {
+		t.Fatalf("Targets() %+v, want the sidecar at %s", ts, ctrCgroup)
+	}
+	seen := f.at(time.Second)
+	f.observe(sidecar(resized(2, seen.Truncate(time.Second))))
+	f.at(100 * time.Millisecond)
+	f.files("80000 100000", cgroupWeight(200), 96<<20)
+	f.at(100 * time.Millisecond)
+	p := sidecar(testPod(2, big))
+	p.Status.ObservedGeneration = 2
+	f.clock = f.clock.Add(time.Second)
+	f.observe(p)
+	r := only(t, f.tr)
+	if _, ok := phases(r)["cgroup"]; !ok || len(r.Containers) != 1 || r.Containers[0] != "app" {
+		t.Fatalf("a sidecar's resize: containers %v, phases %+v, want the cgroup phase", r.Containers, r.Phases)
+	}
+}
