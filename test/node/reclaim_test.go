@@ -209,6 +209,17 @@ func TestReclaim(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Their files on the node's 384 MiB disk go with them: the
+	// walkthrough's fill, later, needs 128 MiB of it.
+	t.Cleanup(func() {
+		files := make([]string, len(names))
+		for i, n := range names {
+			files[i] = "/data/" + n
+		}
+		if out, err := c.try(append([]string{"-n", reclaimNS, "exec", "cache", "-c", "app", "--", "rm", "-f"}, files...)...); err != nil {
+			t.Logf("removing the test's files from the node's disk: %v: %s", err, out)
+		}
+	})
 	for _, n := range names {
 		poll(t, n+" Ready with its memory filled", time.Second, func() (bool, error) {
 			p, err := c.cs.CoreV1().Pods(reclaimNS).Get(ctx, n, metav1.GetOptions{})
