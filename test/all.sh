@@ -7,7 +7,7 @@
 # vCPU, beside the node's) and the real API server tests. The node's
 # output is printed whole when it ends (bin/node.log), with a heartbeat
 # meanwhile. The fuzzers run beside the VM suite, at nice 19. Warm on
-# 2026-12-07 all of it took 1,130-1,328 s (19-22 min) in four runs; in
+# 2026-12-07 all of it took 1,130-1,328 s (19-22 min) in five runs; in
 # one, host tests done at 221 s, VM suite at 1,122 s, API server and
 # fuzzers at 1,176 s, node at 1,196 s.
 # Cold on 2026-12-07 (before the node's tests were cut down), 3,283 s (55
