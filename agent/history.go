@@ -214,3 +214,41 @@ func (a *Agent) Watch(ctx context.Context, f Filter) <-chan Event {
 	}()
 	return out
 }
+
+// Await returns intent id once it has settled (terminal or Deferred), or as
+// it stands when ctx ends first. It serves a submission that waits for its
+// outcome in the same request (POST /v1/intents?wait=): one subscriber,
+// read where it wakes, without the goroutine and the channel of a watch.
+func (a *Agent) Await(ctx context.Context, id string) (intent.Intent, error) {
+	a.mu.Lock()
+	r, ok := a.hist.intents[id]
+	if !ok {
+		a.mu.Unlock()
+		return intent.Intent{}, fmt.Errorf("%w: intent %q", ErrNotFound, id)
+	}
+	last := r.Intent
+	if last.Status.State.Settled() {
+		a.mu.Unlock()
+		return last, nil
+	}
+	// Subscribed under the lock: no change of r can fall between the
+	// state read above and the subscription.
+	sub := a.hub.subscribe(Filter{IntentID: id})
+	a.mu.Unlock()
+	defer a.hub.unsubscribe(sub)
+	for {
+		e, ok := sub.next(ctx)
+		if !ok {
+			// ctx ended, or the hub let the subscriber go (the agent
+			// closing): the intent as it stands now.
+			if cur, err := a.Get(id); err == nil {
+				return cur, nil
+			}
+			return last, nil
+		}
+		last = e.Intent
+		if last.Status.State.Settled() {
+			return last, nil
+		}
+	}
+}

@@ -135,16 +135,22 @@ func serveBench(b *testing.B, n int) (*api.Client, []string) {
 	return c, paths
 }
 
-func apiResize(b *testing.B, c *api.Client, s intent.Spec) (client, server time.Duration) {
+// apiResize submits s through the API and waits for it to settle: in the
+// submission's own answer (?wait=, as resizectl does), or with watch, on a
+// watch stream after it.
+func apiResize(b *testing.B, c *api.Client, s intent.Spec, watch bool) (client, server time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t0 := time.Now()
-	it, _, err := c.Submit(ctx, s)
-	if err != nil {
-		b.Error(err)
-		return
+	var it intent.Intent
+	var err error
+	if watch {
+		if it, _, err = c.Submit(ctx, s); err == nil {
+			it, err = c.WaitSettled(ctx, it.ID)
+		}
+	} else {
+		it, _, err = c.SubmitWait(ctx, s, 30*time.Second)
 	}
-	it, err = c.WaitSettled(ctx, it.ID)
 	if err != nil || it.Status.State != intent.Completed {
 		b.Errorf("intent %s: %v %s %s", it.ID, err, it.Status.State, it.Status.Message)
 		return
@@ -153,18 +159,27 @@ func apiResize(b *testing.B, c *api.Client, s intent.Spec) (client, server time.
 }
 
 // BenchmarkResizeAPI: as BenchmarkResizeInAgent, through the API on a
-// unix socket (submit, then wait on the watch stream), as resizectl does.
+// unix socket: the submission answered once settled (wait), as resizectl
+// does, and submit then watch (watch).
 func BenchmarkResizeAPI(b *testing.B) {
-	c, paths := serveBench(b, 1)
-	var cl, in []time.Duration
-	cpu0 := cpuTime()
-	for i := 0; b.Loop(); i++ {
-		x, y := apiResize(b, c, cpuSpec(0, paths[0], 200+int64(i%2)*100))
-		cl, in = append(cl, x), append(in, y)
+	for _, watch := range []bool{false, true} {
+		name := "wait"
+		if watch {
+			name = "watch"
+		}
+		b.Run(name, func(b *testing.B) {
+			c, paths := serveBench(b, 1)
+			var cl, in []time.Duration
+			cpu0 := cpuTime()
+			for i := 0; b.Loop(); i++ {
+				x, y := apiResize(b, c, cpuSpec(0, paths[0], 200+int64(i%2)*100), watch)
+				cl, in = append(cl, x), append(in, y)
+			}
+			reportCPU(b, cpu0, len(cl))
+			reportQuantiles(b, "client", cl)
+			reportQuantiles(b, "in-agent", in)
+		})
 	}
-	reportCPU(b, cpu0, len(cl))
-	reportQuantiles(b, "client", cl)
-	reportQuantiles(b, "in-agent", in)
 }
 
 // BenchmarkThroughput: 16 API clients, each resizing its share of 1,000
@@ -179,7 +194,7 @@ func BenchmarkThroughput(b *testing.B) {
 			for w := range workers {
 				wg.Go(func() {
 					for i := w; i < n; i += workers {
-						apiResize(b, c, cpuSpec(i, paths[i], 100))
+						apiResize(b, c, cpuSpec(i, paths[i], 100), false)
 					}
 				})
 			}
@@ -200,7 +215,7 @@ func BenchmarkThroughput(b *testing.B) {
 					}
 					for j := range k {
 						i := mine[j%len(mine)]
-						_, y := apiResize(b, c, cpuSpec(i, paths[i], 200+int64(j%2)*100))
+						_, y := apiResize(b, c, cpuSpec(i, paths[i], 200+int64(j%2)*100), false)
 						mu.Lock()
 						in = append(in, y)
 						mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/resizer/resize-agent/agent/intent"
 )
@@ -131,6 +132,26 @@ func (c *Client) Submit(ctx context.Context, s intent.Spec) (it intent.Intent, c
 		s.ID = intent.NewID()
 	}
 	code, _, err := c.doWith(ctx, http.MethodPost, "/v1/intents", http.Header{"Idempotency-Key": {s.ID}}, s, &it)
+	return it, code == http.StatusAccepted, err
+}
+
+// MaxSubmitWait bounds how long a submission may wait for its intent to
+// settle (POST /v1/intents?wait=); longer waits are a watch's job.
+const MaxSubmitWait = 5 * time.Minute
+
+// SubmitWait submits an intent as Submit does, and has the server answer
+// once the intent has settled (terminal or Deferred) or wait has passed
+// (at most MaxSubmitWait): one request where Submit and WaitSettled take two
+// and a second connection. The intent comes back unsettled when wait
+// passed first, or when the server's watch streams were at their cap and it
+// answered at once; WaitSettled can then watch for the rest.
+func (c *Client) SubmitWait(ctx context.Context, s intent.Spec, wait time.Duration) (it intent.Intent, created bool, err error) {
+	if s.ID == "" {
+		s.ID = intent.NewID()
+	}
+	wait = min(max(wait, time.Millisecond), MaxSubmitWait)
+	path := "/v1/intents?wait=" + url.QueryEscape(wait.Round(time.Millisecond).String())
+	code, _, err := c.doWith(ctx, http.MethodPost, path, http.Header{"Idempotency-Key": {s.ID}}, s, &it)
 	return it, code == http.StatusAccepted, err
 }
 
@@ -258,9 +279,7 @@ func (c *Client) Watch(ctx context.Context, f Filter, fn func(Event) bool) error
 // it. A watch stream that ends early (the server cut a slow watcher off) is
 // opened again.
 func (c *Client) WaitSettled(ctx context.Context, id string) (intent.Intent, error) {
-	settled := func(it intent.Intent) bool {
-		return it.Status.State.Terminal() || it.Status.State == intent.Deferred
-	}
+	settled := func(it intent.Intent) bool { return it.Status.State.Settled() }
 	for {
 		var last intent.Intent
 		err := c.Watch(ctx, Filter{IntentID: id}, func(e Event) bool {

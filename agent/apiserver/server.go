@@ -27,6 +27,9 @@ type Service interface {
 	// after, and the number to continue from (0: no more).
 	ListPage(f api.Filter, state intent.State, after uint64, limit int) ([]intent.Intent, uint64)
 	Watch(ctx context.Context, f api.Filter) <-chan api.Event
+	// Await returns the intent once it has settled (terminal or
+	// Deferred), or as it stands when ctx ends.
+	Await(ctx context.Context, id string) (intent.Intent, error)
 	Containers() []api.ContainerInfo
 	Forget(name string) error
 	Node() api.NodeInfo
@@ -41,7 +44,7 @@ func NewHandler(s Service, opts ...Option) *http.ServeMux {
 	}
 	watches := newWatchLimiter(cfg.maxWatches, cfg.maxWatchesPerPeer)
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/intents", func(w http.ResponseWriter, r *http.Request) { submit(s, w, r) })
+	mux.HandleFunc("POST /v1/intents", func(w http.ResponseWriter, r *http.Request) { submit(s, watches, w, r) })
 	mux.HandleFunc("GET /v1/intents", func(w http.ResponseWriter, r *http.Request) { list(s, w, r) })
 	mux.HandleFunc("GET /v1/intents/{id}", func(w http.ResponseWriter, r *http.Request) {
 		it, err := s.Get(r.PathValue("id"))
@@ -87,7 +90,22 @@ func validState(s intent.State) bool {
 	return false
 }
 
-func submit(s Service, w http.ResponseWriter, r *http.Request) {
+// submit accepts an intent. With ?wait=DURATION the answer waits, after the
+// intent is on disk, until it has settled or the duration has passed, and
+// carries the intent as it stands then: one request where a client would
+// otherwise submit, then watch on a second connection (a third of an API
+// resize's CPU on the host). A waiting submission counts as a watch stream;
+// past the cap it is answered at once.
+func submit(s Service, watches *watchLimiter, w http.ResponseWriter, r *http.Request) {
+	var wait time.Duration
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > api.MaxSubmitWait {
+			writeError(w, http.StatusBadRequest, "InvalidQuery", fmt.Errorf("wait %q: give a duration above 0 and at most %v, such as 30s", v, api.MaxSubmitWait))
+			return
+		}
+		wait = d
+	}
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		writeError(w, http.StatusUnsupportedMediaType, "UnsupportedMediaType", fmt.Errorf("content type %q: send application/json", ct))
 		return
@@ -127,8 +145,29 @@ func submit(s Service, w http.ResponseWriter, r *http.Request) {
 	if !created {
 		code = http.StatusOK
 	}
+	if wait > 0 && !it.Status.State.Settled() {
+		it = awaitSettled(s, watches, w, r, it, wait)
+	}
 	w.Header().Set("Location", "/v1/intents/"+it.ID)
 	writeJSON(w, code, it)
+}
+
+// awaitSettled waits up to d for accepted intent it to settle. The server's
+// ReadTimeout does not cut the wait short: net/http clears the read deadline
+// once the body is read and its background read starts (startBackgroundRead
+// in net/http/server.go); TestSubmitWaitOutlastsReadTimeout holds it to that.
+func awaitSettled(s Service, watches *watchLimiter, w http.ResponseWriter, r *http.Request, it intent.Intent, d time.Duration) intent.Intent {
+	release, err := watches.acquire(watchPeer(r))
+	if err != nil {
+		return it
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(r.Context(), d)
+	defer cancel()
+	if cur, err := s.Await(ctx, it.ID); err == nil {
+		return cur
+	}
+	return it
 }
 
 // ResponseWriteTimeout bounds the writing of an answer, from when it is

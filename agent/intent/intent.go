@@ -41,6 +41,10 @@ func (s State) Terminal() bool {
 	return false
 }
 
+// Settled reports whether a client waiting for an intent in state s has its
+// answer: the intent is terminal, or Deferred until capacity frees.
+func (s State) Settled() bool { return s.Terminal() || s == Deferred }
+
 // Reasons, machine-readable, one per outcome.
 const (
 	ReasonApplied          = "Applied"

@@ -261,17 +261,23 @@ func resize(ctx context.Context, c *api.Client, fs *flag.FlagSet, args []string,
 	if *cg == "" && *podUID == "" && *cid == "" {
 		return 0, usageError{errors.New("resize: give --cgroup, --pod-uid or --container-id")}
 	}
-	it, _, err := c.Submit(ctx, s)
+	var it intent.Intent
+	var err error
+	if *wait {
+		// The server waits for the outcome in the same request; a watch
+		// covers what is left should it answer before then (its watch
+		// streams at their cap, or an agent without ?wait).
+		wctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		it, _, err = c.SubmitWait(ctx, s, *timeout)
+		if err == nil && !it.Status.State.Settled() {
+			it, err = c.WaitSettled(wctx, it.ID)
+		}
+	} else {
+		it, _, err = c.Submit(ctx, s)
+	}
 	if err != nil {
 		return 0, err
-	}
-	if *wait {
-		wctx, cancel := context.WithTimeout(ctx, *timeout)
-		it, err = c.WaitSettled(wctx, it.ID)
-		cancel()
-		if err != nil {
-			return 0, err
-		}
 	}
 	if err := print(stdout, *out, it, func(w io.Writer) { intentTable(w, []intent.Intent{it}) }); err != nil {
 		return 0, err

@@ -168,7 +168,7 @@ func (g *guest) latency(d *daemon) error {
 		}
 		cts[n] = ct
 	}
-	for _, p := range []string{"/bench/floor", "/bench/direct"} {
+	for _, p := range []string{"/bench/floor", "/bench/direct", "/bench/direct-watch"} {
 		if err := mkCgroup(p, false); err != nil {
 			return err
 		}
@@ -176,6 +176,7 @@ func (g *guest) latency(d *daemon) error {
 	methods := []*method{
 		floorMethod("/bench/floor", cfg.n),
 		agentDirectMethod(d.client, "/bench/direct", cfg.n),
+		agentWatchMethod(d.client, "/bench/direct-watch", cfg.n),
 		agentCRIMethod(d.client, agentPod.uid, cts["agent"], cfg.nRuntime),
 		criMethod(cc, cts["cri"], cfg.nRuntime),
 		taskAPIMethod(tc, cts["tasks"], cfg.nRuntime),
@@ -219,10 +220,14 @@ func (g *guest) latency(d *daemon) error {
 		g.res.Latency = append(g.res.Latency, row)
 	}
 	resizes := 0
-	for _, m := range methods[1:3] {
+	for _, m := range methods[1:4] { // the agent's three
 		resizes += len(m.client)
 	}
-	g.res.Cost = append(g.res.Cost, costRow(d.bpf, "latency run (agent's resizes interleaved with the peers')", 3, s0, s1, resizes))
+	managed, err := d.client.Containers(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the managed containers: %w", err)
+	}
+	g.res.Cost = append(g.res.Cost, costRow(d.bpf, "latency run (agent's resizes interleaved with the peers')", len(managed), s0, s1, resizes))
 	g.phase(fmt.Sprintf("latency (%d rounds)", rounds), start)
 	return g.write()
 }

@@ -109,17 +109,32 @@ func cpuSpec(t intent.Target, milli int64) intent.Spec {
 	return s
 }
 
-// agentResize submits an intent over the unix socket and waits for it to
-// settle on the watch stream.
+// agentResize submits an intent over the unix socket with ?wait=, as
+// resizectl does, so that the answer comes once the intent has settled.
 func agentResize(ctx context.Context, c *api.Client, t intent.Target, milli int64) (time.Duration, error) {
+	it, _, err := c.SubmitWait(ctx, cpuSpec(t, milli), verifyTimeout)
+	if err != nil {
+		return 0, fmt.Errorf("submit: %w", err)
+	}
+	return settled(it)
+}
+
+// agentResizeWatch submits, then waits for the intent to settle on the
+// watch stream: two requests and a second connection, as a client of the
+// API without ?wait= does.
+func agentResizeWatch(ctx context.Context, c *api.Client, t intent.Target, milli int64) (time.Duration, error) {
 	it, _, err := c.Submit(ctx, cpuSpec(t, milli))
 	if err != nil {
 		return 0, fmt.Errorf("submit: %w", err)
 	}
-	it, err = c.WaitSettled(ctx, it.ID)
-	if err != nil {
+	if it, err = c.WaitSettled(ctx, it.ID); err != nil {
 		return 0, err
 	}
+	return settled(it)
+}
+
+// settled is an intent's time in the agent, once it has completed.
+func settled(it intent.Intent) (time.Duration, error) {
 	if it.Status.State != intent.Completed || it.Status.CompletedAt == nil {
 		return 0, fmt.Errorf("intent %s: %s %s: %s", it.ID, it.Status.State, it.Status.Reason, it.Status.Message)
 	}
@@ -128,13 +143,19 @@ func agentResize(ctx context.Context, c *api.Client, t intent.Target, milli int6
 
 func agentDirectMethod(c *api.Client, path string, n int) *method {
 	t := intent.Target{Name: "bench-direct", CgroupPath: path}
-	return &method{name: "agent, bare cgroup", what: "API submit → settled (watch stream)", n: n, cgroup: path,
+	return &method{name: "agent, bare cgroup", what: "API submit answered once settled (`?wait=`, as resizectl does)", n: n, cgroup: path,
 		resize: func(ctx context.Context, milli int64) (time.Duration, error) { return agentResize(ctx, c, t, milli) }}
+}
+
+func agentWatchMethod(c *api.Client, path string, n int) *method {
+	t := intent.Target{Name: "bench-direct-watch", CgroupPath: path}
+	return &method{name: "agent, bare cgroup, submit then watch", what: "API submit, then a watch stream until settled (two requests, a second connection)", n: n, cgroup: path,
+		resize: func(ctx context.Context, milli int64) (time.Duration, error) { return agentResizeWatch(ctx, c, t, milli) }}
 }
 
 func agentCRIMethod(c *api.Client, podUID string, ct benchContainer, n int) *method {
 	t := intent.Target{Name: ct.name, PodUID: podUID}
-	return &method{name: "agent, CRI container", what: "API submit → settled; the agent finds the container (CRI), updates it (CRI), reads back; its pod has a sidecar the agent does not manage", n: n, cgroup: ct.cgroup,
+	return &method{name: "agent, CRI container", what: "API submit answered once settled; the agent finds the container (CRI), updates it (CRI), reads back; its pod has a sidecar the agent does not manage", n: n, cgroup: ct.cgroup,
 		resize: func(ctx context.Context, milli int64) (time.Duration, error) { return agentResize(ctx, c, t, milli) }}
 }
 

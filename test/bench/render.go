@@ -113,7 +113,7 @@ func markdown(r Results, c renderConfig) (string, error) {
 		}
 	}
 	if len(r.Throughput) > 0 {
-		w.WriteString("\n**Throughput**: concurrent API clients, each resizing its share of N bare cgroups (submit, then wait on the watch stream), through one agent.\n\n")
+		w.WriteString("\n**Throughput**: concurrent API clients, each resizing its share of N bare cgroups (each submission answered once settled, `?wait=`), through one agent.\n\n")
 		w.WriteString("| cgroups | clients | resizes | resizes/s | p50 ms | p99 ms | in the agent p50 | in the agent p99 | agent CPU |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, t := range r.Throughput {
 			fmt.Fprintf(&w, "| %d | %d | %d | %s | %s | %s | %s | %s | %.0f%% |\n", t.Managed, t.Workers, t.Resizes, f1(t.PerSec),
