@@ -150,7 +150,9 @@ func agentDirectMethod(c *api.Client, path string, n int) *method {
 func agentWatchMethod(c *api.Client, path string, n int) *method {
 	t := intent.Target{Name: "bench-direct-watch", CgroupPath: path}
 	return &method{name: "agent, bare cgroup, submit then watch", what: "API submit, then a watch stream until settled (two requests, a second connection)", n: n, cgroup: path,
-		resize: func(ctx context.Context, milli int64) (time.Duration, error) { return agentResizeWatch(ctx, c, t, milli) }}
+		resize: func(ctx context.Context, milli int64) (time.Duration, error) {
+			return agentResizeWatch(ctx, c, t, milli)
+		}}
 }
 
 func agentCRIMethod(c *api.Client, podUID string, ct benchContainer, n int) *method {
