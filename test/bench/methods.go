@@ -157,7 +157,7 @@ func agentWatchMethod(c *api.Client, path string, n int) *method {
 
 func agentCRIMethod(c *api.Client, podUID string, ct benchContainer, n int) *method {
 	t := intent.Target{Name: ct.name, PodUID: podUID}
-	return &method{name: "agent, CRI container", what: "API submit answered once settled; the agent finds the container (CRI), updates it (CRI), reads back; its pod has a sidecar the agent does not manage", n: n, cgroup: ct.cgroup,
+	return &method{name: "agent, CRI container", what: "API submit answered once settled; the agent updates the container through CRI and reads back; its pod has a sidecar the agent does not manage", n: n, cgroup: ct.cgroup,
 		resize: func(ctx context.Context, milli int64) (time.Duration, error) { return agentResize(ctx, c, t, milli) }}
 }
 
