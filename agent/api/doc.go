@@ -4,6 +4,7 @@
 // agent nor gRPC, CRI, dbus or cilium/ebpf, so a client stays small.
 //
 //	POST   /v1/intents               submit an intent (202; 200 for a repeat of the same id)
+//	POST   /v1/intents?wait=30s      the same, answered once it has settled (at most 5m)
 //	GET    /v1/intents[?container=&state=]
 //	GET    /v1/intents/{id}
 //	GET    /v1/containers            managed containers with live cgroup values
