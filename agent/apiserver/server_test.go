@@ -32,10 +32,16 @@ func serve(t *testing.T) (string, *agent.Agent, string) {
 
 func post(t *testing.T, sock, body string, header map[string]string) (int, string) {
 	t.Helper()
+	return postTo(t, sock, "/v1/intents", body, header)
+}
+
+// postTo posts body as JSON to path on the unix socket sock.
+func postTo(t *testing.T, sock, path, body string, header map[string]string) (int, string) {
+	t.Helper()
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return net.Dial("unix", sock)
 	}}}
-	req, _ := http.NewRequest(http.MethodPost, "http://x/v1/intents", strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, "http://x"+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range header {
 		req.Header.Set(k, v)

@@ -3,7 +3,6 @@ package apiserver_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -73,7 +72,7 @@ func TestSubmitWaitBadValues(t *testing.T) {
 	sock, a, root := serve(t)
 	body := `{"target":{"name":"web","cgroupPath":"/pod/web"},"resources":{"limits":{"cpu":"1"}}}`
 	for _, v := range []string{"abc", "0s", "-1s", "6m", "1", "1e9h"} {
-		code, msg := postPath(t, sock, "/v1/intents?wait="+v, body)
+		code, msg := postTo(t, sock, "/v1/intents?wait="+v, body, nil)
 		if code != http.StatusBadRequest || !strings.Contains(msg, "InvalidQuery") {
 			t.Errorf("wait=%s: %d %s", v, code, msg)
 		}
@@ -84,20 +83,6 @@ func TestSubmitWaitBadValues(t *testing.T) {
 	if got := cgrouptest.ReadFile(t, root, "/pod/web", "cpu.max"); got != "max 100000" {
 		t.Errorf("cpu.max %q after bad waits", got)
 	}
-}
-
-func postPath(t *testing.T, sock, path, body string) (int, string) {
-	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return net.Dial("unix", sock)
-	}}}
-	resp, err := c.Post("http://x"+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // slowAwait settles only after delay, or blocks until the request ends
