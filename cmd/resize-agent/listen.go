@@ -4,7 +4,10 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Bounds of every listener. Each connection costs a goroutine and its
@@ -30,7 +33,8 @@ const (
 // for a cap's worth of idle timeouts (116-236 s under issue 15's load). A
 // connection idle between requests goes first; one that has sent nothing
 // since it opened goes only after newSilence, so that a client's first
-// request is not cut in the instant between connect and send. A
+// request is not cut in the instant between connect and send, and never
+// while its first bytes wait unread in the socket (sentBytes). A
 // connection with a request in flight (a watch stream, a scrape) is never
 // closed; with all n busy, Accept waits for one to end or go idle.
 //
@@ -113,7 +117,7 @@ func (l *limitListener) victimLocked(now time.Time) *limitConn {
 				idle = c
 			}
 		case http.StateNew:
-			if now.Sub(c.since) >= newSilence && (silent == nil || c.since.Before(silent.since)) {
+			if now.Sub(c.since) >= newSilence && (silent == nil || c.since.Before(silent.since)) && !c.sentBytes() {
 				silent = c
 			}
 		}
@@ -122,6 +126,27 @@ func (l *limitListener) victimLocked(now time.Time) *limitConn {
 		return idle
 	}
 	return silent
+}
+
+// sentBytes reports whether the peer's first bytes wait unread in the
+// socket. The server reports a connection active only once its goroutine
+// has read them, which on a loaded node (a flood, one CPU) can take longer
+// than newSilence: such a connection has sent its request and is not
+// silent. SIOCINQ (FIONREAD) is a non-blocking ioctl, cheap under l.mu.
+func (c *limitConn) sentBytes() bool {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	if err := raw.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+		return false
+	}
+	return err == nil && n > 0
 }
 
 // track is the servers' ConnState hook.
