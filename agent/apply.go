@@ -420,7 +420,9 @@ func (a *Agent) setLocked(r *record, s intent.State, reason, msg string) {
 	a.journalLocked(r)
 }
 
-// finishLocked puts r in a terminal state and records its metrics.
+// finishLocked puts r in a terminal state and records its metrics. The
+// metrics come first: a client that saw the outcome and then scraped the
+// agent found the resize not yet counted.
 func (a *Agent) finishLocked(c *container, r *record, s intent.State, reason, msg string) {
 	if c.pending == r {
 		c.pending = nil
@@ -430,26 +432,25 @@ func (a *Agent) finishLocked(c *container, r *record, s intent.State, reason, ms
 	}
 	now := a.now()
 	r.Status.CompletedAt = &now
+	outcome := strings.ToLower(string(s))
+	if a.metrics != nil {
+		a.metrics.Resizes.WithLabelValues(outcome).Inc()
+		d := now.Sub(r.Status.AcceptedAt).Seconds()
+		for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if r.change.Touches(res) {
+				a.metrics.ResizeDuration.WithLabelValues(string(res), outcome).Observe(d)
+			}
+		}
+	}
+	addInFlight(a.metrics, -1)
 	a.setLocked(r, s, reason, msg)
 	c.last = r.ID
-	addInFlight(a.metrics, -1)
 	level := slog.LevelInfo
 	if s != intent.Completed {
 		level = slog.LevelWarn
 	}
-	a.log.Log(context.Background(), level, "intent "+strings.ToLower(string(s)), "intent", r.ID, "container", c.name,
+	a.log.Log(context.Background(), level, "intent "+outcome, "intent", r.ID, "container", c.name,
 		"reason", reason, "message", msg, "duration", now.Sub(r.Status.AcceptedAt))
-	if a.metrics == nil {
-		return
-	}
-	outcome := strings.ToLower(string(s))
-	a.metrics.Resizes.WithLabelValues(outcome).Inc()
-	d := now.Sub(r.Status.AcceptedAt).Seconds()
-	for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		if r.change.Touches(res) {
-			a.metrics.ResizeDuration.WithLabelValues(string(res), outcome).Observe(d)
-		}
-	}
 }
 
 // addInFlight counts intents accepted and not yet terminal.

@@ -232,3 +232,30 @@ func TestRuntimeContainerExit(t *testing.T) {
 		t.Errorf("allocated %dm, want web's 1000m", got)
 	}
 }
+
+// TestCountedBeforeSeen: a watcher that sees an intent's outcome finds the
+// resize already counted. The count came after the event, and a client
+// that scraped the agent at once sometimes did not find its resize.
+func TestCountedBeforeSeen(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	f := newFixture(t, admission.Capacity{MilliCPU: 1 << 20, Memory: 8 * gi}, "/a")
+	f.a = agent.New(f.cg, f.l, agent.WithMetrics(m), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	t.Cleanup(func() { _ = f.a.Close(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := f.a.Watch(ctx, agent.Filter{})
+	for i := range 200 {
+		it, _, err := f.a.Submit(spec("a", "/a", map[string]string{"cpu": []string{"100m", "200m"}[i%2]}, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for e := range events {
+			if e.Intent.ID == it.ID && e.Intent.Status.State.Terminal() {
+				break
+			}
+		}
+		if got := testutil.ToFloat64(m.Resizes.WithLabelValues("completed")); got != float64(i+1) {
+			t.Fatalf("intent %d seen completed with %v resizes counted", i+1, got)
+		}
+	}
+}

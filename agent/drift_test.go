@@ -190,7 +190,7 @@ func TestDriftRestore(t *testing.T) {
 	if len(ds) != 1 || ds[0].Status.State != intent.Completed || ds[0].Status.Reason != intent.ReasonApplied {
 		t.Fatalf("drift intents: %+v", ds)
 	}
-	if ap := ds[0].Status.Applied["/pod/a"]; len(ap) != 2 || ap[1].File != "cpu.max" {
+	if ap := ds[0].Status.Applied.Of("/pod/a"); len(ap) != 2 || ap[1].File != "cpu.max" {
 		// The cpu group (weight and max) is written whole.
 		t.Errorf("applied: %+v", ds[0].Status.Applied)
 	}

@@ -140,6 +140,11 @@ func (s *specs) len() int {
 	return len(s.byKey)
 }
 
+// Activity counts the intents' changes of state since the agent started
+// (acceptances, progress, outcomes, from every origin): while it stands
+// still, the agent is at rest.
+func (a *Agent) Activity() uint64 { return a.hub.events.Load() }
+
 // Get returns an intent by ID.
 func (a *Agent) Get(id string) (intent.Intent, error) {
 	a.mu.Lock()

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/resizer/resize-agent/agent/api"
 )
@@ -97,6 +98,8 @@ func (s *subscriber) signal() {
 type hub struct {
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}
+	// events counts what was published, for Agent.Activity.
+	events atomic.Uint64
 }
 
 func newHub() *hub { return &hub{subs: map[*subscriber]struct{}{}} }
@@ -118,6 +121,7 @@ func (h *hub) unsubscribe(s *subscriber) {
 
 // publish never blocks: a watcher too far behind is dropped.
 func (h *hub) publish(e Event) {
+	h.events.Add(1)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {

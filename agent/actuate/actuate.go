@@ -99,7 +99,7 @@ type Result struct {
 	Reason  string
 	Message string
 	// Applied lists the files written and verified, by cgroup path.
-	Applied map[string][]cgroup.Value
+	Applied intent.Applied
 	// Via is how the container's own cgroup changed: cgroup, runtime,
 	// runtime+cgroup or restart.
 	Via string
@@ -205,7 +205,7 @@ func (j *job) write() (out Result) {
 		}
 		return out
 	}
-	out = Result{State: intent.Completed, Reason: intent.ReasonApplied, Applied: map[string][]cgroup.Value{}, Via: "cgroup"}
+	out = Result{State: intent.Completed, Reason: intent.ReasonApplied, Via: "cgroup"}
 	var notes []string
 	defer func() {
 		if out.State == intent.Completed {
@@ -240,12 +240,9 @@ func (j *job) write() (out Result) {
 		if s.container && how != "cgroup" {
 			out.Via = how
 		}
-		out.Applied[s.path] = append(out.Applied[s.path], s.resource.Values()...)
+		out.Applied.Add(s.path, s.resource.Values()...)
 	}
-	out.Message = fmt.Sprintf("%d cgroup step(s) written and verified", len(steps))
-	if out.Via != "cgroup" {
-		out.Message = fmt.Sprintf("%d step(s) applied, the container's through the runtime (CRI UpdateContainerResources), and verified on the cgroup files", len(steps))
-	}
+	out.Message = appliedMessage(len(steps), out.Via != "cgroup")
 	if len(notes) > 0 {
 		out.Message += "; " + strings.Join(notes, "; ")
 	}
@@ -370,7 +367,7 @@ func (j *job) restart(steps []step) Result {
 		}
 		return failed(intent.ReasonRestartFailed, "restarting container %s: %v", j.RuntimeID, err)
 	}
-	out := Result{State: intent.Completed, Reason: intent.ReasonApplied, Restarted: &ct, Applied: map[string][]cgroup.Value{}}
+	out := Result{State: intent.Completed, Reason: intent.ReasonApplied, Restarted: &ct}
 	if out.Cgroup, err = x.Cgroups.PathOf(ct.PID); err != nil {
 		return Result{State: intent.Failed, Reason: intent.ReasonRestartFailed, Restarted: &ct, Cgroup: j.ctr.path,
 			Message: fmt.Sprintf("container restarted as %s but its cgroup cannot be found: %v", ct.ID, err)}
@@ -384,7 +381,7 @@ func (j *job) restart(steps []step) Result {
 		return Result{State: intent.Failed, Reason: intent.ReasonRestartFailed, Restarted: &ct, Cgroup: out.Cgroup,
 			Message: fmt.Sprintf("container restarted as %s, but its cgroup %s does not hold the new values: %v", ct.ID, out.Cgroup, err)}
 	}
-	out.Applied[out.Cgroup] = j.ctr.want.Values()
+	out.Applied.Add(out.Cgroup, j.ctr.want.Values()...)
 	for _, s := range after {
 		err := x.Cgroups.Write(s.path, s.resource)
 		x.countWrite(s.resource, err)
@@ -392,7 +389,7 @@ func (j *job) restart(steps []step) Result {
 			return Result{State: intent.Failed, Reason: intent.ReasonWriteFailed, Restarted: &ct, Cgroup: out.Cgroup,
 				Message: fmt.Sprintf("container restarted as %s, but shrinking pod cgroup %s failed: %v", ct.ID, s.path, err)}
 		}
-		out.Applied[s.path] = append(out.Applied[s.path], s.resource.Values()...)
+		out.Applied.Add(s.path, s.resource.Values()...)
 	}
 	out.Message = fmt.Sprintf("container restarted as %s (restart count %d) with the new resources, verified on %s", ct.ID, ct.RestartCount, out.Cgroup)
 	return out
@@ -492,4 +489,33 @@ func (x *Actuator) countWrite(r cgroup.Resources, err error) {
 	for _, v := range r.Values() {
 		x.Metrics.CgroupWrites.WithLabelValues(v.File, result).Inc()
 	}
+}
+
+// The messages of completed intents, made once: the history holds up to
+// 10,000 intents, and a message formatted for each was 1 MiB of them
+// (issue 16).
+var appliedMessages = func() (m [2][5]string) {
+	for n := range m[0] {
+		m[0][n] = appliedMessageFor(n, false)
+		m[1][n] = appliedMessageFor(n, true)
+	}
+	return m
+}()
+
+func appliedMessage(steps int, viaRuntime bool) string {
+	v := 0
+	if viaRuntime {
+		v = 1
+	}
+	if steps < len(appliedMessages[v]) {
+		return appliedMessages[v][steps]
+	}
+	return appliedMessageFor(steps, viaRuntime)
+}
+
+func appliedMessageFor(steps int, viaRuntime bool) string {
+	if viaRuntime {
+		return fmt.Sprintf("%d step(s) applied, the container's through the runtime (CRI UpdateContainerResources), and verified on the cgroup files", steps)
+	}
+	return fmt.Sprintf("%d cgroup step(s) written and verified", steps)
 }

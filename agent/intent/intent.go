@@ -12,8 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/resizer/resize-agent/cgroup/spec"
 )
 
 // State is where an intent is in its life.
@@ -122,7 +120,7 @@ type Status struct {
 	Attempts     int        `json:"attempts,omitempty"`
 	SupersededBy string     `json:"supersededBy,omitempty"`
 	// Applied lists the cgroup files written and verified, by cgroup path.
-	Applied map[string][]spec.Value `json:"applied,omitempty"`
+	Applied Applied `json:"applied,omitempty"`
 	// Via says how the container's own cgroup was changed: "cgroup" (the
 	// agent wrote the files), "runtime" (CRI UpdateContainerResources, then
 	// verified on the files), "runtime+cgroup" (the runtime's update did not

@@ -31,9 +31,9 @@ func bigRecord(seq uint64, id, key string, s intent.State) Record {
 	if s == intent.Completed {
 		r.Intent.Status.CompletedAt = &now
 		r.Intent.Status.Via = "runtime"
-		r.Intent.Status.Applied = map[string][]cgroup.Value{
-			"/kubepods/burstable/pod" + key:         {{File: "cpu.max", Data: "100000 100000"}, {File: "memory.max", Data: "536870912"}},
-			"/kubepods/burstable/pod" + key + "/c1": {{File: "cpu.max", Data: "100000 100000"}, {File: "cpu.weight", Data: "10"}, {File: "memory.max", Data: "536870912"}},
+		r.Intent.Status.Applied = intent.Applied{
+			{Cgroup: "/kubepods/burstable/pod" + key, Values: []cgroup.Value{{File: "cpu.max", Data: "100000 100000"}, {File: "memory.max", Data: "536870912"}}},
+			{Cgroup: "/kubepods/burstable/pod" + key + "/c1", Values: []cgroup.Value{{File: "cpu.max", Data: "100000 100000"}, {File: "cpu.weight", Data: "10"}, {File: "memory.max", Data: "536870912"}}},
 		}
 		r.Resources = &Resources{Resources: intent.Resources{CPULimit: 1000, CPURequest: 250, MemoryLimit: 512 << 20, MemoryRequest: 256 << 20}, CPU: true, Memory: true}
 	}

@@ -74,12 +74,12 @@ func lowered(done []intent.Intent) []lowering {
 	out := map[string]lowering{}
 	for _, it := range done {
 		cg := ""
-		for p := range it.Status.Applied {
-			if len(p) > len(cg) {
-				cg = p
+		for _, c := range it.Status.Applied {
+			if len(c.Cgroup) > len(cg) {
+				cg = c.Cgroup
 			}
 		}
-		mem, ok := memoryMax(it.Status.Applied[cg])
+		mem, ok := memoryMax(it.Status.Applied.Of(cg))
 		if !ok {
 			continue
 		}

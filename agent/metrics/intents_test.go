@@ -19,8 +19,8 @@ func TestIntentGauges(t *testing.T) {
 		c := at(ago)
 		return intent.Intent{Spec: intent.Spec{Target: intent.Target{Name: name, PodUID: "uid-" + name}},
 			Status: intent.Status{State: intent.Completed, CompletedAt: &c, UpdatedAt: c,
-				Applied: map[string][]spec.Value{"/kubepods/pod-" + name: {{File: "cpu.weight", Data: "10"}},
-					cg: {{File: "cpu.max", Data: "max 100000"}, {File: "memory.max", Data: mem}}}}}
+				Applied: intent.Applied{{Cgroup: "/kubepods/pod-" + name, Values: []spec.Value{{File: "cpu.weight", Data: "10"}}},
+					{Cgroup: cg, Values: []spec.Value{{File: "cpu.max", Data: "max 100000"}, {File: "memory.max", Data: mem}}}}}}
 	}
 	byState := map[intent.State][]intent.Intent{
 		intent.Deferred:   {{Status: intent.Status{State: intent.Deferred, AcceptedAt: at(90 * time.Second)}}, {Status: intent.Status{State: intent.Deferred, AcceptedAt: at(30 * time.Second)}}},

@@ -410,8 +410,8 @@ func seedHistory(t *testing.T, dir string, size int64) {
 		if s == intent.Completed {
 			r.Intent.Status.CompletedAt = &now
 			r.Intent.Status.Via = "cgroupfs"
-			r.Intent.Status.Applied = map[string][]cgroup.Value{p: {
-				{File: "cpu.max", Data: fmt.Sprintf("%d 100000", cpu*100)}, {File: "cpu.weight", Data: "1"}, {File: "memory.max", Data: "536870912"}}}
+			r.Intent.Status.Applied = intent.Applied{{Cgroup: p, Values: []cgroup.Value{
+				{File: "cpu.max", Data: fmt.Sprintf("%d 100000", cpu*100)}, {File: "cpu.weight", Data: "1"}, {File: "memory.max", Data: "536870912"}}}}
 			r.Resources = &journal.Resources{Resources: intent.Resources{CPULimit: cpu, CPURequest: cpu / 10, MemoryLimit: 512 << 20, MemoryRequest: 16 << 20}, CPU: true, Memory: true}
 		}
 		return r

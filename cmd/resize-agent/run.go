@@ -308,6 +308,16 @@ func run(ctx context.Context, o *Options, log *slog.Logger) error {
 	driftDone := make(chan struct{})
 	go func() { a.RunDrift(resyncCtx, s.driftEvery); close(driftDone) }()
 
+	if s.release > 0 {
+		releases := prometheus.NewCounter(prometheus.CounterOpts{Name: "resize_agent_memory_releases_total",
+			Help: "Times the agent, at rest, returned its heap's free pages and unmapped its binary's start-up pages (--release-memory-after)."})
+		reg.MustRegister(releases)
+		rel := &releaser{every: s.release, activity: a.Activity, release: releaseMemory, log: log, done: releases.Inc}
+		releaseDone := make(chan struct{})
+		go func() { rel.run(resyncCtx); close(releaseDone) }()
+		defer func() { <-releaseDone }()
+	}
+
 	ready.Store(true)
 	if o.onReady != nil {
 		o.onReady(metricsAddr)

@@ -75,6 +75,8 @@ func TestInvalidOptions(t *testing.T) {
 		"log":          func(o *Options) { o.LogFormat = "xml" },
 		"capacity":     func(o *Options) { o.CapacityCgroup = "../x" },
 		"shrink":       func(o *Options) { o.MemoryShrinkTimeout = "soon" },
+		"release":      func(o *Options) { o.ReleaseMemoryAfter = "0s" },
+		"release bad":  func(o *Options) { o.ReleaseMemoryAfter = "never" },
 	} {
 		o := DefaultOptions()
 		mut(o)

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/resizer/resize-agent/cgroup/cgrouptest"
+)
+
+// TestParseSmaps: only the executable's read-only private mappings without
+// private copies are released; its data, a relocated RELRO with private
+// pages, a writable one and other files' mappings are not.
+func TestParseSmaps(t *testing.T) {
+	exe := unix.Stat_t{Ino: 4242, Dev: unix.Mkdev(0xfd, 0x01)}
+	smaps := `00400000-00402000 r--p 00000000 fd:01 4242                               /usr/bin/resize-agent
+Size:                  8 kB
+Rss:                   8 kB
+Anonymous:             0 kB
+00402000-01f88000 r-xp 00002000 fd:01 4242                               /usr/bin/resize-agent
+Size:              28184 kB
+Rss:               14748 kB
+Anonymous:             0 kB
+VmFlags: rd ex mr mw me
+01f88000-041ac000 r--p 01b88000 fd:01 4242                               /usr/bin/resize-agent
+Rss:               17620 kB
+Anonymous:             0 kB
+041ac000-041b0000 r--p 03dab000 fd:01 4242                               /usr/bin/resize-agent
+Rss:                  16 kB
+Anonymous:            12 kB
+041b0000-04260000 rw-p 03daf000 fd:01 4242                               /usr/bin/resize-agent
+Rss:                 700 kB
+Anonymous:           120 kB
+04260000-04270000 r--p 00000000 fd:02 4242                               /other/device/same/inode
+Rss:                  64 kB
+Anonymous:             0 kB
+7f0000000000-7f0000100000 r-xp 00000000 fd:01 99                         /usr/lib/libc.so.6
+Rss:                 512 kB
+Anonymous:             0 kB
+c000000000-c004000000 rw-p 00000000 00:00 0
+Rss:                8192 kB
+Anonymous:          8192 kB
+7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]
+Rss:                  20 kB
+`
+	maps, err := parseSmaps(strings.NewReader(smaps), exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(maps) != 5 {
+		t.Fatalf("got %d mappings of the executable, want 5: %+v", len(maps), maps)
+	}
+	var released []uint64
+	var bytes int64
+	for _, m := range maps {
+		if m.releasable() {
+			released = append(released, m.start)
+			bytes += m.rss
+		}
+	}
+	if want := []uint64{0x400000, 0x402000, 0x1f88000}; !equalU64(released, want) {
+		t.Errorf("released mappings at %x, want %x", released, want)
+	}
+	if bytes != (8+14748+17620)<<10 {
+		t.Errorf("released %d bytes", bytes)
+	}
+	if _, err := parseSmaps(strings.NewReader("garbage\n"), exe); err == nil {
+		t.Error("a malformed header was accepted")
+	}
+}
+
+func equalU64(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestUnmapExecutable runs the real thing on this test binary: its text is
+// unmapped, and the code that runs next still runs, faulted back from the
+// file.
+func TestUnmapExecutable(t *testing.T) {
+	var exe unix.Stat_t
+	if err := unix.Stat("/proc/self/exe", &exe); err != nil {
+		t.Fatal(err)
+	}
+	text := func() int64 {
+		f, err := os.Open("/proc/self/smaps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		maps, err := parseSmaps(f, exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, m := range maps {
+			if m.perms == "r-xp" {
+				n += m.rss
+			}
+		}
+		return n
+	}
+	before := text()
+	if before == 0 {
+		t.Fatal("no resident text in this test binary's mappings")
+	}
+	st, err := releaseMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := text()
+	t.Logf("text resident %d KiB -> %d KiB; unmapped %d KiB; RSS %d -> %d KiB",
+		before>>10, after>>10, st.unmapped>>10, st.rssBefore>>10, st.rssAfter>>10)
+	if st.unmapped < before || after >= before/2 || st.rssAfter >= st.rssBefore {
+		t.Errorf("text resident %d -> %d bytes, unmapped %d, RSS %d -> %d: the binary's pages were not released",
+			before, after, st.unmapped, st.rssBefore, st.rssAfter)
+	}
+	// Code and data that were unmapped work as before.
+	var sb strings.Builder
+	for i := range 1000 {
+		sb.WriteString(regexp.MustCompile(`^a+$`).ReplaceAllString(strings.Repeat("a", i%7+1), "b"))
+	}
+	if sb.Len() != 1000 {
+		t.Errorf("after the release, %d", sb.Len())
+	}
+}
+
+// TestReleaserOncePerBurst: a release at start-up's end, none while intents
+// change, one once they stand still, none again until they change.
+func TestReleaserOncePerBurst(t *testing.T) {
+	var activity atomic.Uint64
+	var mu sync.Mutex
+	var at []uint64 // the activity at each release
+	r := &releaser{every: 20 * time.Millisecond, activity: activity.Load, log: quiet,
+		release: func() (releaseStats, error) {
+			mu.Lock()
+			at = append(at, activity.Load())
+			mu.Unlock()
+			return releaseStats{}, nil
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.run(ctx); close(done) }()
+	releases := func() []uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]uint64(nil), at...)
+	}
+	waitFor := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for len(releases()) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d releases, want %d", len(releases()), n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor(1) // start-up
+	time.Sleep(100 * time.Millisecond)
+	if n := len(releases()); n != 1 {
+		t.Fatalf("%d releases at rest, want 1", n)
+	}
+	// A burst: while the activity changes at every tick, no release.
+	for range 10 {
+		activity.Add(1)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := releases(); len(got) != 1 {
+		t.Errorf("released during the burst: %v", got)
+	}
+	waitFor(2)
+	time.Sleep(100 * time.Millisecond)
+	if got := releases(); len(got) != 2 || got[1] != 10 {
+		t.Errorf("releases at activity %v, want [0 10]", got)
+	}
+	cancel()
+	<-done
+}
+
+// TestRunReleasesAtRest: the daemon releases once it is ready and at rest,
+// and says so in its metrics; "off" turns it off.
+func TestRunReleasesAtRest(t *testing.T) {
+	for _, after := range []string{"50ms", "off"} {
+		t.Run(after, func(t *testing.T) {
+			root := cgrouptest.FakeTree(t, "/kubepods/pod1/web")
+			o := DefaultOptions()
+			o.StateDir = t.TempDir()
+			o.CgroupRoot, o.skipFSCheck = root, true
+			o.Socket = filepath.Join(t.TempDir(), "agent.sock")
+			o.MetricsAddress = "127.0.0.1:0"
+			o.CPUAllocatable, o.MemoryAllocatable = "2", "4Gi"
+			o.ReleaseMemoryAfter = after
+			addr := make(chan string, 1)
+			o.onReady = func(a string) { addr <- a }
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- run(ctx, o, quiet) }()
+			var metricsAddr string
+			select {
+			case metricsAddr = <-addr:
+			case err := <-done:
+				t.Fatal(err)
+			}
+			scrape := func() string {
+				resp, err := http.Get("http://" + metricsAddr + "/metrics")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return string(b)
+			}
+			released := regexp.MustCompile(`(?m)^resize_agent_memory_releases_total [1-9]`)
+			if after == "off" {
+				time.Sleep(300 * time.Millisecond)
+				if m := scrape(); strings.Contains(m, "resize_agent_memory_releases_total") {
+					t.Error("released with --release-memory-after=off")
+				}
+			} else {
+				deadline := time.Now().Add(10 * time.Second)
+				for !released.MatchString(scrape()) {
+					if time.Now().After(deadline) {
+						t.Fatal("no release at rest within 10s")
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("run: %v", err)
+			}
+		})
+	}
+}
