@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"reflect"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,15 +117,11 @@ func residentBytes() (int64, error) {
 // cache. A writable mapping (data) or one with private copies (a dynamic
 // binary's relocated RELRO, a debugger's breakpoint) is left alone.
 func unmapExecutable() (int64, error) {
-	var exe unix.Stat_t
-	if err := unix.Stat("/proc/self/exe", &exe); err != nil {
-		return 0, fmt.Errorf("stat /proc/self/exe: %w", err)
-	}
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		return 0, err
 	}
-	maps, err := parseSmaps(f, exe)
+	maps, err := parseSmaps(f, uint64(reflect.ValueOf(unmapExecutable).Pointer()))
 	f.Close()
 	if err != nil {
 		return 0, err
@@ -154,10 +152,15 @@ func (m mapping) releasable() bool {
 	return len(m.perms) == 4 && m.perms[0] == 'r' && m.perms[1] == '-' && m.perms[3] == 'p' && m.anon == 0 && m.rss > 0
 }
 
-// parseSmaps returns the mappings of the file exe names (by device and
-// inode), with their Rss and Anonymous.
-func parseSmaps(r io.Reader, exe unix.Stat_t) ([]mapping, error) {
-	var out []mapping
+// parseSmaps returns the mappings of the file that holds the code at
+// anchor (this binary), with their Rss and Anonymous. The file is known by
+// the device and inode smaps gives the mapping around anchor, not by
+// stat(/proc/self/exe): in a container the binary is on overlayfs, whose
+// mappings are of the file in the layer below, another device and inode.
+func parseSmaps(r io.Reader, anchor uint64) ([]mapping, error) {
+	type ident struct{ dev, ino string }
+	var all []mapping
+	var ids []ident
 	var cur *mapping
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -184,26 +187,29 @@ func parseSmaps(r io.Reader, exe unix.Stat_t) ([]mapping, error) {
 			continue
 		}
 		// A header: start-end perms offset major:minor inode [path].
-		cur = nil
 		if len(f) < 5 {
 			return nil, fmt.Errorf("smaps: unexpected line %q", line)
 		}
-		var start, end, maj, mnr uint64
+		var start, end uint64
 		if _, err := fmt.Sscanf(f[0], "%x-%x", &start, &end); err != nil {
 			return nil, fmt.Errorf("smaps: range in %q: %w", line, err)
 		}
-		if _, err := fmt.Sscanf(f[3], "%x:%x", &maj, &mnr); err != nil {
-			return nil, fmt.Errorf("smaps: device in %q: %w", line, err)
-		}
-		ino, err := strconv.ParseUint(f[4], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("smaps: inode in %q: %w", line, err)
-		}
-		if ino != exe.Ino || uint64(unix.Major(exe.Dev)) != maj || uint64(unix.Minor(exe.Dev)) != mnr {
-			continue
-		}
-		out = append(out, mapping{start: start, end: end, perms: f[1]})
-		cur = &out[len(out)-1]
+		all = append(all, mapping{start: start, end: end, perms: f[1]})
+		ids = append(ids, ident{f[3], f[4]})
+		cur = &all[len(all)-1]
 	}
-	return out, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(all, func(m mapping) bool { return m.start <= anchor && anchor < m.end })
+	if i < 0 || ids[i].ino == "0" {
+		return nil, fmt.Errorf("smaps: no file mapping holds this binary's code at %#x", anchor)
+	}
+	var out []mapping
+	for j, m := range all {
+		if ids[j] == ids[i] {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }

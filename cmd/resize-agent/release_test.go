@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +26,6 @@ import (
 // private copies are released; its data, a relocated RELRO with private
 // pages, a writable one and other files' mappings are not.
 func TestParseSmaps(t *testing.T) {
-	exe := unix.Stat_t{Ino: 4242, Dev: unix.Mkdev(0xfd, 0x01)}
 	smaps := `00400000-00402000 r--p 00000000 fd:01 4242                               /usr/bin/resize-agent
 Size:                  8 kB
 Rss:                   8 kB
@@ -53,7 +56,7 @@ Anonymous:          8192 kB
 7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]
 Rss:                  20 kB
 `
-	maps, err := parseSmaps(strings.NewReader(smaps), exe)
+	maps, err := parseSmaps(strings.NewReader(smaps), 0x500000) // in the text
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +77,14 @@ Rss:                  20 kB
 	if bytes != (8+14748+17620)<<10 {
 		t.Errorf("released %d bytes", bytes)
 	}
-	if _, err := parseSmaps(strings.NewReader("garbage\n"), exe); err == nil {
+	if _, err := parseSmaps(strings.NewReader("garbage\n"), 0x500000); err == nil {
 		t.Error("a malformed header was accepted")
+	}
+	if _, err := parseSmaps(strings.NewReader(smaps), 0xc000001000); err == nil {
+		t.Error("an anchor in the heap named a binary")
+	}
+	if _, err := parseSmaps(strings.NewReader(smaps), 0x10); err == nil {
+		t.Error("an anchor outside every mapping named a binary")
 	}
 }
 
@@ -95,17 +104,13 @@ func equalU64(a, b []uint64) bool {
 // unmapped, and the code that runs next still runs, faulted back from the
 // file.
 func TestUnmapExecutable(t *testing.T) {
-	var exe unix.Stat_t
-	if err := unix.Stat("/proc/self/exe", &exe); err != nil {
-		t.Fatal(err)
-	}
 	text := func() int64 {
 		f, err := os.Open("/proc/self/smaps")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		maps, err := parseSmaps(f, exe)
+		maps, err := parseSmaps(f, uint64(reflect.ValueOf(TestUnmapExecutable).Pointer()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,5 +253,71 @@ func TestRunReleasesAtRest(t *testing.T) {
 				t.Fatalf("run: %v", err)
 			}
 		})
+	}
+}
+
+// releaseHelperEnv makes the test binary, run again from an overlayfs
+// mount, release its memory and print how much of its binary it unmapped.
+const releaseHelperEnv = "RESIZE_AGENT_TEST_RELEASE_HELPER"
+
+func TestReleaseHelper(t *testing.T) {
+	if os.Getenv(releaseHelperEnv) == "" {
+		t.Skip("runs only as TestUnmapExecutableOverlay's child")
+	}
+	st, err := releaseMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("unmapped=%d\n", st.unmapped)
+}
+
+// TestUnmapExecutableOverlay: in a container the binary is on overlayfs,
+// where stat(/proc/self/exe) and the mappings name different files (the
+// overlay's and the layer's). The release must find its mappings there
+// too: the test binary, copied into an overlay's lower layer, runs from the
+// merged mount and unmaps its pages.
+func TestUnmapExecutableOverlay(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting an overlayfs needs root (make test runs this package as root)")
+	}
+	dir := t.TempDir()
+	for _, d := range []string{"lower", "upper", "work", "merged"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lower", "agent.test"), self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
+	merged := filepath.Join(dir, "merged")
+	if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		t.Fatalf("mounting an overlayfs: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
+	var exe, real unix.Stat_t
+	if err := unix.Stat(filepath.Join(merged, "agent.test"), &exe); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Join(dir, "lower", "agent.test"), &real); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("overlay file %d:%d, layer file %d:%d", exe.Dev, exe.Ino, real.Dev, real.Ino)
+	cmd := exec.Command(filepath.Join(merged, "agent.test"), "-test.run=^TestReleaseHelper$", "-test.v")
+	cmd.Env = append(os.Environ(), releaseHelperEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`unmapped=(\d+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("the helper did not say what it unmapped:\n%s", out)
+	}
+	if n, _ := strconv.ParseInt(string(m[1]), 10, 64); n < 1<<20 {
+		t.Errorf("run from an overlayfs, the binary unmapped %d bytes of itself:\n%s", n, out)
 	}
 }
