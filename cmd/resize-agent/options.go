@@ -82,8 +82,8 @@ type Options struct {
 	// (memory.high, memory.reclaim); "off" refuses such decreases.
 	MemoryShrinkTimeout string `json:"memoryShrinkTimeout"`
 	// ReleaseMemoryAfter: once the intents have stood still this long, the
-	// agent returns the heap's free pages and unmaps its binary's start-up
-	// pages (release.go); "off": never.
+	// agent returns the heap's free pages, unmaps its binary's start-up
+	// pages and lowers GOGC until they change (release.go); "off": never.
 	ReleaseMemoryAfter string `json:"releaseMemoryAfter"`
 	// StateDir holds the intent journal (agent/journal); empty: none.
 	StateDir string `json:"stateDir"`
@@ -190,7 +190,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Drift, "drift", o.Drift, "when a managed cgroup's values change behind the agent's back: report, restore (write the agent's values back through an intent), adopt (take the new limits when QoS and capacity allow) or off")
 	fs.StringVar(&o.DriftInterval, "drift-interval", o.DriftInterval, "how often to compare managed cgroup files with the last completed intents")
 	fs.StringVar(&o.MemoryShrinkTimeout, "memory-shrink-timeout", o.MemoryShrinkTimeout, "how long a memory limit decrease below usage may spend reclaiming (memory.high, memory.reclaim) before it fails with the old values restored; off refuses such decreases")
-	fs.StringVar(&o.ReleaseMemoryAfter, "release-memory-after", o.ReleaseMemoryAfter, "once no intent has changed for this long, return the heap's free pages to the kernel and unmap the binary's pages start-up touched (they stay in the page cache); off: never")
+	fs.StringVar(&o.ReleaseMemoryAfter, "release-memory-after", o.ReleaseMemoryAfter, "once no intent has changed for this long, return the heap's free pages to the kernel, unmap the binary's pages start-up touched (they stay in the page cache), and run the collector at GOGC=25 until an intent changes; off: never")
 	fs.StringVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight writes may take at shutdown")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory for the intent journal: accepted intents are on disk before they are acknowledged and are recovered after a crash (empty: no journal, intents are lost when the agent stops)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")

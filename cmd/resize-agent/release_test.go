@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -148,56 +149,88 @@ func TestUnmapExecutable(t *testing.T) {
 }
 
 // TestReleaserOncePerBurst: a release at start-up's end, none while intents
-// change, one once they stand still, none again until they change.
+// change, one once they stand still, none again until they change; the
+// collector at restGCPercent at rest, back to the operator's GOGC on the
+// first change and when the releaser stops.
 func TestReleaserOncePerBurst(t *testing.T) {
 	var activity atomic.Uint64
 	var mu sync.Mutex
-	var at []uint64 // the activity at each release
-	r := &releaser{every: 20 * time.Millisecond, activity: activity.Load, log: quiet,
+	var at []uint64           // the activity at each release
+	gogc, gcs := 100, []int{} // GOGC now, and each value set
+	r := &releaser{every: 200 * time.Millisecond, activity: activity.Load, log: quiet,
 		release: func() (releaseStats, error) {
 			mu.Lock()
 			at = append(at, activity.Load())
 			mu.Unlock()
 			return releaseStats{}, nil
+		},
+		setGCPercent: func(p int) int {
+			mu.Lock()
+			defer mu.Unlock()
+			prev := gogc
+			gogc, gcs = p, append(gcs, p)
+			return prev
 		}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.run(ctx); close(done) }()
-	releases := func() []uint64 {
+	state := func() ([]uint64, int) {
 		mu.Lock()
 		defer mu.Unlock()
-		return append([]uint64(nil), at...)
+		return append([]uint64(nil), at...), gogc
 	}
 	waitFor := func(n int) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
-		for len(releases()) < n {
+		for got, _ := state(); len(got) < n; got, _ = state() {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d releases, want %d", len(releases()), n)
+				t.Fatalf("%d releases, want %d", len(got), n)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	waitFor(1) // start-up
-	time.Sleep(100 * time.Millisecond)
-	if n := len(releases()); n != 1 {
-		t.Fatalf("%d releases at rest, want 1", n)
+	time.Sleep(300 * time.Millisecond)
+	if got, gc := state(); len(got) != 1 || gc != restGCPercent {
+		t.Fatalf("at rest: releases %v, GOGC %d; want 1 release, GOGC %d", got, gc, restGCPercent)
 	}
-	// A burst: while the activity changes at every tick, no release.
+	// A burst: while the activity changes at every tick, no release, and
+	// the operator's GOGC.
 	for range 10 {
 		activity.Add(1)
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := releases(); len(got) != 1 {
-		t.Errorf("released during the burst: %v", got)
+	if got, _ := state(); len(got) != 1 {
+		t.Fatalf("released during the burst: %v", got)
 	}
 	waitFor(2)
-	time.Sleep(100 * time.Millisecond)
-	if got := releases(); len(got) != 2 || got[1] != 10 {
-		t.Errorf("releases at activity %v, want [0 10]", got)
+	time.Sleep(300 * time.Millisecond)
+	if got, gc := state(); len(got) != 2 || got[1] != 10 || gc != restGCPercent {
+		t.Errorf("releases at activity %v (want [0 10]), GOGC %d", got, gc)
 	}
 	cancel()
 	<-done
+	mu.Lock()
+	if want := []int{restGCPercent, 100, restGCPercent, 100}; !slices.Equal(gcs, want) {
+		t.Errorf("GOGC set to %v, want %v: at rest, back on the first change, at rest, back when stopped", gcs, want)
+	}
+	mu.Unlock()
+
+	// An operator's GOGC below restGCPercent, or off, is left alone.
+	for _, op := range []int{10, -1} {
+		gogc, gcs = op, nil
+		at = nil
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { r.run(ctx); close(done) }()
+		waitFor(1)
+		time.Sleep(300 * time.Millisecond)
+		if _, gc := state(); gc != op {
+			t.Errorf("operator's GOGC %d became %d at rest", op, gc)
+		}
+		cancel()
+		<-done
+	}
 }
 
 // TestRunReleasesAtRest: the daemon releases once it is ready and at rest,
