@@ -19,8 +19,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/resizer/resize-agent/cgroup/cgrouptest"
 )
 
 // TestParseSmaps: only the executable's read-only private mappings without
@@ -238,27 +236,14 @@ func TestReleaserOncePerBurst(t *testing.T) {
 func TestRunReleasesAtRest(t *testing.T) {
 	for _, after := range []string{"50ms", "off"} {
 		t.Run(after, func(t *testing.T) {
-			root := cgrouptest.FakeTree(t, "/kubepods/pod1/web")
 			o := DefaultOptions()
 			o.StateDir = t.TempDir()
-			o.CgroupRoot, o.skipFSCheck = root, true
 			o.Socket = filepath.Join(t.TempDir(), "agent.sock")
 			o.MetricsAddress = "127.0.0.1:0"
-			o.CPUAllocatable, o.MemoryAllocatable = "2", "4Gi"
 			o.ReleaseMemoryAfter = after
-			addr := make(chan string, 1)
-			o.onReady = func(a string) { addr <- a }
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- run(ctx, o, quiet) }()
-			var metricsAddr string
-			select {
-			case metricsAddr = <-addr:
-			case err := <-done:
-				t.Fatal(err)
-			}
+			d := startDaemon(t, o, "/kubepods/pod1/web")
 			scrape := func() string {
-				resp, err := http.Get("http://" + metricsAddr + "/metrics")
+				resp, err := http.Get("http://" + d.addrs["metrics"] + "/metrics")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -281,10 +266,7 @@ func TestRunReleasesAtRest(t *testing.T) {
 					time.Sleep(50 * time.Millisecond)
 				}
 			}
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatalf("run: %v", err)
-			}
+			d.stop()
 		})
 	}
 }
