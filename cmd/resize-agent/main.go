@@ -26,6 +26,7 @@ func main() {
 	}
 	o.dropCaps = true
 	log := newLogger(o)
+	disableHugePages(log)
 	if err := setMemoryLimit(log); err != nil {
 		fmt.Fprintln(os.Stderr, "resize-agent:", err)
 		os.Exit(2)

@@ -271,6 +271,16 @@ func TestRunReleasesAtRest(t *testing.T) {
 	}
 }
 
+// TestDisableHugePages: the process asks the kernel for no transparent huge
+// pages, and the kernel says it holds.
+func TestDisableHugePages(t *testing.T) {
+	disableHugePages(quiet)
+	got, err := unix.PrctlRetInt(unix.PR_GET_THP_DISABLE, 0, 0, 0, 0)
+	if err != nil || got != 1 {
+		t.Fatalf("PR_GET_THP_DISABLE = %d, %v; want 1", got, err)
+	}
+}
+
 // releaseHelperEnv makes the test binary, run again from an overlayfs
 // mount, release its memory and print how much of its binary it unmapped.
 const releaseHelperEnv = "RESIZE_AGENT_TEST_RELEASE_HELPER"
