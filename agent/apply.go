@@ -93,7 +93,13 @@ func (a *Agent) admitLocked(c *container, r *record) (intent.Resources, bool) {
 	c.pending = nil
 	r.Status.Attempts++
 	r.started = a.now()
-	a.setLocked(r, intent.InProgress, "", "")
+	// Not journaled here: recovery applies a Proposed intent again just as
+	// an InProgress one (the writes are idempotent and verified), so the
+	// record bought nothing for a write, and encoding and writing it was
+	// a tenth of a resize's time in the agent (issue 16). What recovery
+	// must undo, a shrink's lowered memory.high, is journaled before it
+	// is done (journalInProgress), and a restart likewise (markRestarting).
+	a.changeLocked(r, intent.InProgress, "", "")
 	return want, true
 }
 
@@ -141,6 +147,7 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 			AllowMemoryBelowUsage: r.Spec.AllowMemoryBelowUsage,
 			Container:             actuate.Level{Path: c.cgroup, Want: a.act.ContainerFiles(c.cgroup, want, cpu, mem)},
 			BeforeRestart:         func() error { return a.markRestarting(r, runtimeID) },
+			BeforeShrink:          func() error { return a.journalInProgress(r) },
 		}
 		if pd != nil {
 			job.Pod = &actuate.Level{Path: pd.cgroup, Want: a.act.PodFiles(pd.cgroup, podUID, pd.sizing(c, want, cpu, mem), listed)}
@@ -412,12 +419,17 @@ func observePhases(m *metrics.Metrics, r *record, out actuate.Result) {
 	h.WithLabelValues("verify", outcome).Observe(out.Took.Verify.Seconds())
 }
 
-// setLocked changes r's state and tells the watchers.
+// setLocked changes r's state, tells the watchers and journals it.
 func (a *Agent) setLocked(r *record, s intent.State, reason, msg string) {
+	a.changeLocked(r, s, reason, msg)
+	a.journalLocked(r)
+}
+
+// changeLocked is setLocked without the journal.
+func (a *Agent) changeLocked(r *record, s intent.State, reason, msg string) {
 	r.Status.State, r.Status.Reason, r.Status.Message = s, reason, msg
 	r.Status.UpdatedAt = a.now()
 	a.hub.publish(Event{Type: "MODIFIED", Intent: r.Intent})
-	a.journalLocked(r)
 }
 
 // finishLocked puts r in a terminal state and records its metrics. The
@@ -450,6 +462,7 @@ func (a *Agent) finishLocked(c *container, r *record, s intent.State, reason, ms
 		level = slog.LevelWarn
 	}
 	a.log.Log(context.Background(), level, "intent "+outcome, "intent", r.ID, "container", c.name,
+		"cgroup", c.cgroup, "resources", describe(r.change),
 		"reason", reason, "message", msg, "duration", now.Sub(r.Status.AcceptedAt))
 }
 

@@ -177,7 +177,7 @@ func (a *Agent) List(f Filter, state intent.State) []intent.Intent {
 // the watcher falls too far behind, or when the agent closes.
 func (a *Agent) Watch(ctx context.Context, f Filter) <-chan Event {
 	a.mu.Lock()
-	sub := a.hub.subscribe(f)
+	sub := a.hub.subscribe(f, false)
 	var initial []Event
 	if f.IntentID != "" {
 		// One intent, whatever its state: no scan of the history, which
@@ -238,7 +238,7 @@ func (a *Agent) Await(ctx context.Context, id string) (intent.Intent, error) {
 	}
 	// Subscribed under the lock: no change of r can fall between the
 	// state read above and the subscription.
-	sub := a.hub.subscribe(Filter{IntentID: id})
+	sub := a.hub.subscribe(Filter{IntentID: id}, true)
 	a.mu.Unlock()
 	defer a.hub.unsubscribe(sub)
 	for {

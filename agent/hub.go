@@ -36,6 +36,9 @@ type subscriber struct {
 	mu     sync.Mutex
 	queue  []Event
 	closed bool // no more events: the hub dropped it or closed
+	// settled: only the events that settle an intent (Await), so that a
+	// submission waiting for its outcome is not woken for InProgress.
+	settled bool
 }
 
 // next returns the next event, waiting for one; false when the subscriber
@@ -104,8 +107,8 @@ type hub struct {
 
 func newHub() *hub { return &hub{subs: map[*subscriber]struct{}{}} }
 
-func (h *hub) subscribe(f Filter) *subscriber {
-	s := &subscriber{f: f, wake: make(chan struct{}, 1)}
+func (h *hub) subscribe(f Filter, settled bool) *subscriber {
+	s := &subscriber{f: f, wake: make(chan struct{}, 1), settled: settled}
 	h.mu.Lock()
 	h.subs[s] = struct{}{}
 	h.mu.Unlock()
@@ -125,6 +128,9 @@ func (h *hub) publish(e Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {
+		if s.settled && !e.Intent.Status.State.Settled() {
+			continue
+		}
 		if s.f.Match(&e.Intent) && !s.push(e) {
 			delete(h.subs, s)
 		}

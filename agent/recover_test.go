@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,8 +83,10 @@ func recoverAgent(t *testing.T, a *agent.Agent) agent.Recovery {
 var big = admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}
 
 // TestRecoverAfterCrash: a Completed intent gives its container back its
-// resources (and the ledger accounts them); an InProgress one is applied
-// again before the one queued behind it, as it would have been.
+// resources (and the ledger accounts them); the intent being written at the
+// crash is not journaled as InProgress (only a shrink is), so it comes back
+// Proposed with a newer one queued behind it for the same container, which
+// supersedes it as it would have at acceptance.
 func TestRecoverAfterCrash(t *testing.T) {
 	root := cgrouptest.FakeTree(t, "/pod/web", "/pod/api")
 	dir := t.TempDir()
@@ -113,9 +116,11 @@ func TestRecoverAfterCrash(t *testing.T) {
 	if got, _ := a2.Get(done.ID); got.Status.State != intent.Completed || !got.Status.AcceptedAt.Equal(done.Status.AcceptedAt) {
 		t.Errorf("completed intent after recovery: %+v", got.Status)
 	}
-	// The intent in flight is applied again first, then the one queued.
 	again := settle(t, a2, inFlight.ID)
-	want(t, again, intent.Completed, intent.ReasonApplied)
+	want(t, again, intent.Superseded, intent.ReasonSuperseded)
+	if again.Status.SupersededBy != queued.ID {
+		t.Errorf("superseded by %q, want %s", again.Status.SupersededBy, queued.ID)
+	}
 	last := settle(t, a2, queued.ID)
 	want(t, last, intent.Completed, intent.ReasonApplied)
 	if !strings.Contains(last.Status.Message, "restart") {
@@ -141,39 +146,91 @@ func TestRecoverAfterCrash(t *testing.T) {
 	}
 }
 
-// TestRecoverInProgressAppliedAgain: the intent in flight at the crash is
-// applied again, a second attempt.
-func TestRecoverInProgressAppliedAgain(t *testing.T) {
-	root := cgrouptest.FakeTree(t, "/pod/web")
+// TestRecoverShrinkInProgress: a shrink journals its intent InProgress,
+// and waits for it, before it lowers memory.high; after a crash in the
+// middle, recovery puts memory.high back and applies the intent again.
+func TestRecoverShrinkInProgress(t *testing.T) {
 	dir := t.TempDir()
-	a1, cg1, _ := journaled(t, root, dir, big)
-	cg1.block = make(chan struct{})
-	it, _, err := a1.Submit(spec("web", "/pod/web", nil, map[string]string{"memory": "300Mi"}))
+	j, err := journal.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, a1, it.ID, intent.InProgress)
-	// State changes are journaled without waiting: wait here.
-	for i := 0; !strings.Contains(readJournal(t, dir), `"state":"InProgress"`); i++ {
+	t.Cleanup(func() { j.Close() })
+	f := newShrinkFixture(t, map[string]int64{"/pod/web": 600 * mi}, map[string]int64{"/pod/web": 500 * mi}, agent.WithJournal(j))
+	want(t, submit(t, f.a, memSpec("web", "/pod/web", "", "1Gi")), intent.Completed, "")
+	block := make(chan struct{})
+	f.cg().block = block
+	t.Cleanup(func() { close(block) })
+	it, _, err := f.a.Submit(memSpec("web", "/pod/web", "", "512Mi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reclaim is done and memory.max's write hangs: a crash mid-shrink.
+	for i := 0; f.cg().blocked.Load() == 0; i++ {
 		if i > 500 {
-			t.Fatal("InProgress never reached the journal")
+			t.Fatal("the write after the reclaim never came")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// As an interrupted shrink would leave it.
-	cgrouptest.SetFile(t, root, "/pod/web", "memory.high", "104857600")
-	a2, _, _ := journaled(t, root, crash(t, dir), big)
+	if v := cgrouptest.ReadFile(t, f.root, "/pod/web", "memory.high"); v == "max" {
+		t.Fatalf("memory.high %q: the shrink did not lower it", v)
+	}
+	state := crash(t, dir)
+	if !strings.Contains(readJournal(t, state), `"state":"InProgress"`) {
+		t.Fatal("memory.high was lowered before the intent was journaled InProgress")
+	}
+	a2, _, _ := journaled(t, f.root, state, big)
 	recoverAgent(t, a2)
 	got := settle(t, a2, it.ID)
 	want(t, got, intent.Completed, "")
-	if v := cgrouptest.ReadFile(t, root, "/pod/web", "memory.high"); v != "max" {
+	if v := cgrouptest.ReadFile(t, f.root, "/pod/web", "memory.high"); v != "max" {
 		t.Errorf("memory.high %q after recovery, want max", v)
 	}
 	if got.Status.Attempts != 2 {
 		t.Errorf("attempts %d, want 2", got.Status.Attempts)
 	}
-	if v := cgrouptest.ReadFile(t, root, "/pod/web", "memory.max"); v != fmt.Sprint(300<<20) {
+	if v := cgrouptest.ReadFile(t, f.root, "/pod/web", "memory.max"); v != fmt.Sprint(512*mi) {
 		t.Errorf("memory.max %q", v)
+	}
+}
+
+// secondWaitFails is a journal that takes the first record it is waited
+// for (an acceptance) and fails every wait after it.
+type secondWaitFails struct {
+	*journal.Journal
+	waits atomic.Int32
+}
+
+func (s *secondWaitFails) Wait(t journal.Ticket) error {
+	if s.waits.Add(1) > 1 {
+		return errors.New("disk full")
+	}
+	return s.Journal.Wait(t)
+}
+
+// TestShrinkNotJournaledNotBegun: a shrink whose InProgress record cannot
+// be put on disk is refused before memory.high is touched.
+func TestShrinkNotJournaledNotBegun(t *testing.T) {
+	j, err := journal.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	sj := &secondWaitFails{Journal: j}
+	f := newShrinkFixture(t, map[string]int64{"/c": 600 * mi}, map[string]int64{"/c": 500 * mi}, agent.WithJournal(sj))
+	// The starting limit is applied before usage is set: no shrink, one wait.
+	want(t, submit(t, f.a, memSpec("c", "/c", "", "1Gi")), intent.Completed, "")
+	sj.waits.Store(0)
+	it := submit(t, f.a, memSpec("c", "/c", "", "512Mi"))
+	want(t, it, intent.Failed, intent.ReasonMemoryBelowUsage)
+	if !strings.Contains(it.Status.Message, "not reclaimed first") || !strings.Contains(it.Status.Message, "disk full") {
+		t.Errorf("message %q", it.Status.Message)
+	}
+	if calls := f.k.Calls(); len(calls) != 0 {
+		t.Errorf("memory.high touched: %v", calls)
+	}
+	if got := cgrouptest.ReadFile(t, f.root, "/c", "memory.max"); got != fmt.Sprint(1<<30) {
+		t.Errorf("memory.max = %s", got)
 	}
 }
 

@@ -155,12 +155,7 @@ var errWalk = errors.New("openat2 unavailable")
 // (issue 16). It returns errWalk where openat2 is missing (before Linux
 // 5.6) or declines (EAGAIN, a rename racing it).
 func (m *Manager) resolve(clean string) error {
-	m.rootOnce.Do(func() {
-		m.root, m.rootErr = unix.Open(m.mountpoint, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if m.rootErr != nil {
-			m.rootErr = errWalk // the walk says what is wrong with it
-		}
-	})
+	m.rootOnce.Do(m.openRoot)
 	if m.rootErr != nil {
 		return m.rootErr
 	}
@@ -185,6 +180,114 @@ func (m *Manager) resolve(clean string) error {
 			return errWalk
 		}
 		return err
+	}
+}
+
+// cgdir is a cgroup's directory, for opening its files. With openat2,
+// each file is opened below the mountpoint's descriptor in one call that
+// checks the path as dir does (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), as
+// runc's cgroups package opens its files: a resize's reads and writes paid
+// two more system calls (dir's openat2 and its close) per file set, on the
+// path of every resize (issue 16). Without openat2 dir's walk checked the
+// directory and its files are opened by path.
+type cgdir struct {
+	m     *Manager
+	clean string // the cgroup path, as CleanPath makes it
+	abs   string // its directory on disk
+	rel   string // abs below the mountpoint's descriptor ("." for the root)
+	at    bool   // open below the descriptor; false: by path, as checked
+}
+
+// pathDir is a directory dir has already checked (or the mountpoint).
+func pathDir(abs string) cgdir { return cgdir{clean: abs, abs: abs} }
+
+// files is dir for a caller that opens p's files: with openat2 the path is
+// checked as each file is opened (cgdir), not first on its own.
+func (m *Manager) files(p string) (cgdir, error) {
+	clean, err := CleanPath(p)
+	if err != nil {
+		return cgdir{}, err
+	}
+	if m.openat2() {
+		rel := "."
+		if clean != "/" {
+			rel = clean[1:]
+		}
+		return cgdir{m: m, clean: clean, abs: filepath.Join(m.mountpoint, clean), rel: rel, at: true}, nil
+	}
+	clean, d, err := m.dir(clean)
+	if err != nil {
+		return cgdir{}, err
+	}
+	return cgdir{m: m, clean: clean, abs: d}, nil
+}
+
+// openat2 reports whether files are opened with openat2 below the
+// mountpoint's descriptor.
+func (m *Manager) openat2() bool {
+	m.rootOnce.Do(m.openRoot)
+	return m.rootErr == nil && !m.walk.Load()
+}
+
+// open opens the file name of d with flags (and O_CLOEXEC). A cgroup that
+// is missing, or whose path is not a chain of directories below the
+// mountpoint, is ErrNotFound, as dir says it; a missing file is ErrNotFound
+// too, with the controller that may be off named.
+func (d cgdir) open(name string, flags int) (int, error) {
+	p := d.abs + "/" + name
+	flags |= unix.O_CLOEXEC
+	if d.at {
+		how := unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
+		for {
+			fd, err := unix.Openat2(d.m.root, d.rel+"/"+name, &how)
+			switch {
+			case err == nil:
+				return fd, nil
+			case err == unix.EINTR:
+				continue
+			case err == unix.ENOSYS || err == unix.EPERM || err == unix.EAGAIN:
+				// Refused (a seccomp filter that does not know openat2),
+				// or a rename raced it: check by walking, then by path.
+				if err != unix.EAGAIN {
+					d.m.walk.Store(true)
+				}
+				if _, _, err := d.m.dir(d.clean); err != nil {
+					return -1, err
+				}
+				d.at = false
+				return d.open(name, flags)
+			case err == unix.ENOENT || err == unix.ENOTDIR || err == unix.ELOOP || err == unix.EXDEV:
+				// The cgroup, or only its file? dir says which.
+				if _, _, derr := d.m.dir(d.clean); derr != nil {
+					return -1, derr
+				}
+				return -1, missingFile(d.abs, name, err)
+			}
+			return -1, &fs.PathError{Op: "open", Path: p, Err: err}
+		}
+	}
+	for {
+		fd, err := unix.Open(p, flags, 0)
+		switch {
+		case err == nil:
+			return fd, nil
+		case err == unix.EINTR:
+			continue
+		case err == unix.ENOENT:
+			return -1, missingFile(d.abs, name, err)
+		}
+		return -1, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+}
+
+func missingFile(dir, name string, err error) error {
+	return fmt.Errorf("%w: %s has no %s (controller not enabled for it?): %w", ErrNotFound, dir, name, err)
+}
+
+func (m *Manager) openRoot() {
+	m.root, m.rootErr = unix.Open(m.mountpoint, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if m.rootErr != nil {
+		m.rootErr = errWalk // the walk says what is wrong with it
 	}
 }
 
@@ -223,7 +326,7 @@ func (m *Manager) Children(p string) ([]string, error) {
 
 // Read returns the current limits and memory usage of the cgroup p.
 func (m *Manager) Read(p string) (State, error) {
-	_, d, err := m.dir(p)
+	d, err := m.files(p)
 	if err != nil {
 		return State{}, err
 	}
@@ -236,7 +339,7 @@ func (m *Manager) Read(p string) (State, error) {
 // system calls, and under TCG they were most of a resize's own time
 // (issue 16).
 func (m *Manager) ReadFiles(p string, files ...string) (State, error) {
-	_, d, err := m.dir(p)
+	d, err := m.files(p)
 	if err != nil {
 		return State{}, err
 	}
@@ -251,7 +354,7 @@ func (m *Manager) ReadFiles(p string, files ...string) (State, error) {
 
 // The library has no reader for these single files (its Stat reads every
 // controller's statistics), so they are read by hand.
-func (m *Manager) read(d string) (State, error) {
+func (m *Manager) read(d cgdir) (State, error) {
 	var s State
 	for _, f := range []string{FileCPUMax, FileCPUWeight, FileMemoryMax, FileMemoryCurrent} {
 		if err := readInto(d, f, &s); err != nil {
@@ -262,8 +365,8 @@ func (m *Manager) read(d string) (State, error) {
 }
 
 // readInto reads one of the files State holds into s.
-func readInto(d, file string, s *State) error {
-	raw, err := readFile(d, file)
+func readInto(d cgdir, file string, s *State) error {
+	raw, err := d.read(file)
 	if err != nil {
 		return err
 	}
@@ -284,12 +387,13 @@ func readInto(d, file string, s *State) error {
 	return err
 }
 
-func readFile(dir, name string) (string, error) {
-	b, err := readSmall(filepath.Join(dir, name))
+// readFile reads the file name of the directory dir, which dir checked.
+func readFile(dir, name string) (string, error) { return pathDir(dir).read(name) }
+
+// read reads the file name of d, trimmed.
+func (d cgdir) read(name string) (string, error) {
+	b, err := d.readSmall(name)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("%w: %s has no %s (controller not enabled for it?)", ErrNotFound, dir, name)
-		}
 		return "", err
 	}
 	return strings.TrimSpace(b), nil
@@ -298,18 +402,14 @@ func readFile(dir, name string) (string, error) {
 // readSmall reads a file with open, read and close alone. os.ReadFile
 // also stats the file and registers it with the runtime's poller (cgroupfs
 // files are pollable), which made the reads the largest part of a resize's
-// own cost (issue 16). The errors are os.ReadFile's.
-func readSmall(p string) (string, error) {
-	var fd int
-	var err error
-	for {
-		if fd, err = unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != unix.EINTR {
-			break
-		}
-	}
+// own cost (issue 16). The errors are os.ReadFile's, and ErrNotFound's
+// where the cgroup or its file is missing (d.open).
+func (d cgdir) readSmall(name string) (string, error) {
+	fd, err := d.open(name, unix.O_RDONLY)
 	if err != nil {
-		return "", &fs.PathError{Op: "open", Path: p, Err: err}
+		return "", err
 	}
+	p := d.abs + "/" + name
 	defer unix.Close(fd)
 	var small [512]byte
 	b := small[:0]
@@ -355,20 +455,24 @@ func (m *Manager) write(p string, r Resources, cur *State) error {
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidValue, err)
 	}
-	clean, d, err := m.dir(p)
+	d, err := m.files(p)
 	if err != nil {
 		return err
 	}
+	clean := d.clean
 	if unit, ok := m.systemdUnit(clean); ok {
-		return m.writeUnit(clean, d, unit, r)
+		if _, _, err := m.dir(clean); err != nil {
+			return err
+		}
+		return m.writeUnit(clean, d.abs, unit, r)
 	}
 	var done []Value // previous contents of the files written so far
 	for _, v := range r.Values() {
 		var old string
 		if cur != nil {
 			old = cur.Resources().Only(v.File).Values()[0].Data
-		} else if old, err = readFile(d, v.File); err != nil {
-			return errors.Join(err, m.restore(clean, d, done))
+		} else if old, err = d.read(v.File); err != nil {
+			return errors.Join(err, m.restore(d, done))
 		}
 		if old == v.Data && m.failWrite == nil {
 			continue // holds it already: nothing to write, undo or check
@@ -377,14 +481,14 @@ func (m *Manager) write(p string, r Resources, cur *State) error {
 			err = m.failWrite(v.File)
 		}
 		if err == nil {
-			err = writeOne(clean, d, v)
+			err = d.writeOne(v)
 		}
 		if err == nil {
-			err = m.verify(clean, d, v.File, r.Only(v.File))
+			err = m.verify(d, v.File, r.Only(v.File))
 		}
 		done = append(done, Value{File: v.File, Data: old})
 		if err != nil {
-			return errors.Join(err, m.restore(clean, d, done))
+			return errors.Join(err, m.restore(d, done))
 		}
 	}
 	return nil
@@ -399,9 +503,9 @@ var ErrInvalidValue = errors.New("invalid cgroup value")
 // os.WriteFile, which opens with O_CREAT|O_TRUNC and registers the file
 // with the runtime's poller and unregisters it at close: five system calls
 // where three do, on the path of every resize (issue 16).
-func writeOne(clean, dir string, v Value) error {
-	if err := writeSmall(filepath.Join(dir, v.File), v.Data); err != nil {
-		return &WriteError{Path: clean, File: v.File, Value: v.Data, Err: err}
+func (d cgdir) writeOne(v Value) error {
+	if err := d.writeSmall(v.File, v.Data); err != nil {
+		return &WriteError{Path: d.clean, File: v.File, Value: v.Data, Err: err}
 	}
 	return nil
 }
@@ -410,14 +514,8 @@ func writeOne(clean, dir string, v Value) error {
 // the errno, as the kernel refused the open or the write. O_TRUNC is what a
 // shell's redirection asks too: cgroupfs ignores it, and the regular files
 // of a test's fake tree need it.
-func writeSmall(p, data string) error {
-	var fd int
-	var err error
-	for {
-		if fd, err = unix.Open(p, unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0); err != unix.EINTR {
-			break
-		}
-	}
+func (d cgdir) writeSmall(name, data string) error {
+	fd, err := d.open(name, unix.O_WRONLY|unix.O_TRUNC)
 	if err != nil {
 		return err
 	}
@@ -439,25 +537,25 @@ func writeSmall(p, data string) error {
 }
 
 // verify reads back the one file just written.
-func (m *Manager) verify(clean, d, file string, r Resources) error {
+func (m *Manager) verify(d cgdir, file string, r Resources) error {
 	var s State
 	if err := readInto(d, file, &s); err != nil {
 		return err
 	}
 	if !s.Matches(r, m.pageSize) {
-		got, _ := readFile(d, file)
+		got, _ := d.read(file)
 		want := ""
 		if v := r.Values(); len(v) == 1 {
 			want = v[0].Data
 		}
-		return fmt.Errorf("%w: %s %s holds %q after writing %q", ErrVerify, clean, file, got, want)
+		return fmt.Errorf("%w: %s %s holds %q after writing %q", ErrVerify, d.clean, file, got, want)
 	}
 	return nil
 }
 
 // verifyAll reads back every file of r.
 func (m *Manager) verifyAll(clean, d string, r Resources) error {
-	s, err := m.read(d)
+	s, err := m.read(pathDir(d))
 	if err != nil {
 		return err
 	}
@@ -474,11 +572,11 @@ func (m *Manager) check(clean string, s State, r Resources) error {
 
 // restore writes back the kernel's own text of each file, newest first. It is
 // written by hand because it replays what was read, not a Resources.
-func (m *Manager) restore(clean, d string, done []Value) error {
+func (m *Manager) restore(d cgdir, done []Value) error {
 	var errs []error
 	for _, v := range slices.Backward(done) {
-		if err := os.WriteFile(filepath.Join(d, v.File), []byte(v.Data), 0); err != nil {
-			errs = append(errs, fmt.Errorf("restore %s/%s to %q: %w", clean, v.File, v.Data, err))
+		if err := d.writeSmall(v.File, v.Data); err != nil {
+			errs = append(errs, fmt.Errorf("restore %s/%s to %q: %w", d.clean, v.File, v.Data, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -171,6 +171,13 @@ func testWriteRejectsBadPaths(t *testing.T, walk bool) {
 		if err := m.Write(p, r); !errors.Is(err, want) {
 			t.Errorf("Write(%q) = %v, want %v", p, err, want)
 		}
+		// Reads open their files below the root the same way.
+		if _, err := m.ReadFiles(p, cgroup.FileCPUWeight); !errors.Is(err, want) {
+			t.Errorf("ReadFiles(%q) = %v, want %v", p, err, want)
+		}
+		if _, err := m.Read(p); !errors.Is(err, want) {
+			t.Errorf("Read(%q) = %v, want %v", p, err, want)
+		}
 	}
 	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
 		t.Errorf("a write escaped the root: %v", entries)

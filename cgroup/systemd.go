@@ -179,7 +179,7 @@ func (s *systemdDriver) setProperties(unit string, props []sddbus.Property) erro
 // stores for them (see SystemdStored). On a failure it puts the old values
 // back the same way.
 func (m *Manager) writeUnit(clean, d, unit string, r Resources) error {
-	old, err := m.read(d)
+	old, err := m.read(pathDir(d))
 	if err != nil {
 		return err
 	}

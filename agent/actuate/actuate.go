@@ -88,6 +88,10 @@ type Job struct {
 	// restarted; an error keeps it from being restarted. The agent
 	// journals the restart there.
 	BeforeRestart func() error
+	// BeforeShrink, when set, is called before a shrink lowers
+	// memory.high; an error refuses the decrease. The agent journals the
+	// intent as InProgress there, for recovery to put memory.high back.
+	BeforeShrink func() error
 }
 
 // Phases is the time one resize spent in each phase.

@@ -133,6 +133,11 @@ func (j *job) shrink(ms memoryShrinker, levels []*level) Result {
 	if timeout == 0 {
 		timeout = DefaultShrinkTimeout
 	}
+	if j.BeforeShrink != nil {
+		if err := j.BeforeShrink(); err != nil {
+			return failed(intent.ReasonMemoryBelowUsage, "memory limit below usage of %s, and not reclaimed first: %v", levels[0].path, err)
+		}
+	}
 	deadline := time.Now().Add(timeout)
 	var done []*shrinkReport
 	var out Result
