@@ -235,15 +235,26 @@ func lockDir(dir string) (*os.File, error) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// encode makes r's line (frame), its JSON written by appendRecord into
+// the line's own buffer.
 func encode(r Record) ([]byte, error) {
-	js, err := json.Marshal(r)
+	line := make([]byte, 9, 512)
+	line, err := appendRecord(line, &r)
 	if err != nil {
 		return nil, fmt.Errorf("journal: encoding intent %s: %w", r.Intent.ID, err)
 	}
+	js := line[9:]
 	if len(js)+10 > maxLine {
 		return nil, fmt.Errorf("journal: intent %s is %d bytes, more than a record may hold (%d)", r.Intent.ID, len(js), maxLine)
 	}
-	return frame(js), nil
+	const hex = "0123456789abcdef"
+	sum := crc32.Checksum(js, castagnoli)
+	for i := 7; i >= 0; i-- {
+		line[i] = hex[sum&0xf]
+		sum >>= 4
+	}
+	line[8] = ' '
+	return append(line, '\n'), nil
 }
 
 // frame makes a line of js: its CRC-32C in hex, a space, js, a newline.
