@@ -425,9 +425,25 @@ func (d cgdir) readSmall(name string) (string, error) {
 			return "", &fs.PathError{Op: "read", Path: p, Err: err}
 		case n == 0:
 			return string(b), nil
+		case n < cap(b)-len(b) && oneValue(name):
+			// The whole of a one-line file comes in one read, so a short
+			// read is its end: the read that would say so (0 bytes) was
+			// one system call in four of a resize's reads and writes
+			// (issue 16). A file of many records (cgroup.procs) may come
+			// short of a page before its end, so the others read to 0.
+			return string(b[:len(b)+n]), nil
 		}
 		b = b[:len(b)+n]
 	}
+}
+
+// oneValue reports whether the cgroup file name is one value on one line.
+func oneValue(name string) bool {
+	switch name {
+	case FileCPUMax, FileCPUWeight, FileMemoryMax, FileMemoryCurrent, FileMemoryHigh:
+		return true
+	}
+	return false
 }
 
 // Write writes r to the cgroup p (writeOne), reads every file
