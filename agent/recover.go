@@ -153,10 +153,13 @@ func (a *Agent) Recover() (Recovery, error) {
 			continue
 		}
 		r.key, r.recovered = c.key, true
-		if n := newest[jr.Container]; n.Seq > r.seq && n.Intent.Status.State.Terminal() && r.Status.State != intent.InProgress {
+		if n := newest[jr.Container]; n.Seq > r.seq && n.Intent.Status.State.Terminal() && n.Intent.Status.Reason != intent.ReasonShutdown && r.Status.State != intent.InProgress {
 			// A newer intent for the container came back from its journal
 			// write first and went ahead: this one was superseded then,
-			// but the crash came before that was on disk.
+			// but the crash came before that was on disk. One that the
+			// agent's shutdown refused as it was journaled went nowhere:
+			// an intent before it may have been being written (a plain
+			// write is not journaled InProgress), and is applied again.
 			r.Status.SupersededBy = n.Intent.ID
 			a.finishLocked(c, r, intent.Superseded, intent.ReasonSuperseded, "superseded by intent "+n.Intent.ID+" for the same container")
 			continue

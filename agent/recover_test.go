@@ -684,3 +684,41 @@ func TestRecoverRestartNotRepeated(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoverWriteBeforeShutdownRefusal: an intent being written when the
+// agent was killed in its shutdown (Proposed on disk: a plain write is not
+// journaled InProgress), with a newer one that the shutdown refused as it
+// was journaled, is applied again, not superseded by the refused one.
+func TestRecoverWriteBeforeShutdownRefusal(t *testing.T) {
+	root := cgrouptest.FakeTree(t, "/pod/web")
+	dir := t.TempDir()
+	j, err := journal.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := agent.Key{Cgroup: "/pod/web"}.String()
+	now := time.Now()
+	inFlight := spec("web", "/pod/web", map[string]string{"cpu": "100m"}, map[string]string{"cpu": "700m"})
+	inFlight.ID = "in-flight"
+	refused := spec("web", "/pod/web", map[string]string{"cpu": "100m"}, map[string]string{"cpu": "900m"})
+	refused.ID = "refused"
+	for _, r := range []journal.Record{
+		{Seq: 1, Container: key, Intent: intent.Intent{ID: inFlight.ID, Origin: intent.OriginAPI, Spec: inFlight,
+			Status: intent.Status{State: intent.Proposed, AcceptedAt: now, UpdatedAt: now}}},
+		{Seq: 2, Container: key, Intent: intent.Intent{ID: refused.ID, Origin: intent.OriginAPI, Spec: refused,
+			Status: intent.Status{State: intent.Failed, Reason: intent.ReasonShutdown, AcceptedAt: now, UpdatedAt: now, CompletedAt: &now}}},
+	} {
+		if err := j.Wait(j.Append(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a, _, _ := journaled(t, root, dir, big)
+	recoverAgent(t, a)
+	want(t, settle(t, a, inFlight.ID), intent.Completed, intent.ReasonApplied)
+	if got := cgrouptest.ReadFile(t, root, "/pod/web", "cpu.max"); got != "70000 100000" {
+		t.Errorf("cpu.max %q after recovery", got)
+	}
+}
