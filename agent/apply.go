@@ -48,7 +48,7 @@ func (a *Agent) work(c *container) {
 			// still ran was only recorded (see handleExit): act on it now, or
 			// the capacity stays held until the next resync.
 			if c.exited != "" && c.exited == c.cgroup && !a.closing {
-				a.exitedLocked(c)
+				a.exitSeenLocked(c)
 			}
 			a.mu.Unlock()
 			return
@@ -202,7 +202,7 @@ func (a *Agent) apply(c *container, r *record, want intent.Resources) {
 		a.retryDeferredLocked()
 	}
 	if c.exited != "" && c.exited == c.cgroup && c.pending == nil && c.admitted == nil {
-		a.exitedLocked(c)
+		a.exitSeenLocked(c)
 	}
 }
 

@@ -69,8 +69,10 @@ type container struct {
 	// admitted is an intent admitted by retryDeferredLocked, with its
 	// reservation made, for the worker to apply.
 	admitted *admittedIntent
-	// exited is the cgroup reported emptied while the worker ran.
-	exited string
+	// exited is the cgroup reported emptied while the worker ran, and
+	// exitedRemoved whether it was removed.
+	exited        string
+	exitedRemoved bool
 	// ctr is the runtime's container as the runtime last reported it, which
 	// resolves the container's next intents without asking the runtime
 	// again; nil when the agent must ask (it never did, a resize failed, the

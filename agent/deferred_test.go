@@ -259,3 +259,60 @@ func TestCountedBeforeSeen(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartedWhileResized: a container restarted by its runtime while
+// the agent's worker still holds it after a resize is followed into its
+// next attempt once the worker lets go, as an exit seen at any other time
+// is, not forgotten with its capacity freed.
+func TestRestartedWhileResized(t *testing.T) {
+	// Unbuffered: a send returns once the agent has taken the event, and
+	// the next once it has handled it.
+	ex := &exits{watched: map[string]bool{}, ch: make(chan cgroup.Event)}
+	ra := agenttest.NewRuntimeAgent(t, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}, agent.WithExitWatcher(ex))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); ra.Run(ctx, time.Hour) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	ra.AddContainer(t, "uid-1", "web", "/pod1/web")
+	s := intent.Spec{Target: intent.Target{Name: "web", PodUID: "uid-1"}}
+	s.Resources.Requests = list2(map[string]string{"cpu": "1"})
+	want(t, submit(t, ra.Agent, s), intent.Completed, "")
+
+	held := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(held) }) }
+	t.Cleanup(release) // before the agent closes: its worker waits on it
+	ra.Runtime.SetHeld(held)
+	before := ra.Runtime.Updates()
+	s.Resources.Requests = list2(map[string]string{"cpu": "1500m"})
+	it, _, err := ra.Submit(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ra.Runtime.Updates() == before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second resize never reached the runtime")
+		}
+	}
+	// Restarted by its runtime in a new cgroup, the worker still holding it.
+	ra.Runtime.Remove("uid-1", "web")
+	ra.AddContainer(t, "uid-1", "web", "/pod1/web-2")
+	ex.ch <- cgroup.Event{Path: "/pod1/web"}
+	ex.ch <- cgroup.Event{Path: "/nowhere"}
+	ra.Runtime.SetHeld(nil)
+	release()
+	settle(t, ra.Agent, it.ID)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		cs := ra.Containers()
+		if len(cs) == 1 && cs[0].CgroupPath == "/pod1/web-2" && ex.isWatched("/pod1/web-2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("containers %+v, want web followed into /pod1/web-2", cs)
+		}
+	}
+	if got := ra.Ledger.Allocated().MilliCPU; got == 0 {
+		t.Errorf("web's capacity freed: allocated %dm", got)
+	}
+}

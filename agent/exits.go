@@ -59,7 +59,7 @@ func (a *Agent) handleExit(ctx context.Context, e cgroup.Event) {
 	c.pod.staleListing()
 	if c.running || c.admitted != nil {
 		// The worker forgets it when its apply ends (see apply).
-		c.exited = e.Path
+		c.exited, c.exitedRemoved = e.Path, e.Removed
 		a.mu.Unlock()
 		return
 	}
@@ -99,9 +99,29 @@ func (a *Agent) handleExit(ctx context.Context, e cgroup.Event) {
 	a.log.Info("container restarted by its runtime; following the new one", "container", c.name, "runtimeID", c.runtimeID, "cgroup", c.cgroup)
 }
 
+// exitSeenLocked acts on the exit handleExit left to c's worker, now that
+// the worker lets go of c: a bare cgroup, or one removed, is forgotten; a
+// runtime's container goes back to handleExit, which follows the runtime's
+// next attempt when it already runs. Forgetting it here as well (until
+// 2026-12-07) dropped a container restarted by its runtime just as the
+// agent resized it, and freed its capacity while its next attempt ran.
+func (a *Agent) exitSeenLocked(c *container) {
+	e := cgroup.Event{Path: c.exited, Removed: c.exitedRemoved}
+	if c.runtimeID == "" || e.Removed || a.rt == nil || a.closing {
+		a.exitedLocked(c)
+		return
+	}
+	c.exited, c.exitedRemoved = "", false
+	a.workers.Add(1) // the worker letting go still holds one: Close waits for this too
+	go func() {
+		defer a.workers.Done()
+		a.handleExit(a.ctx, e)
+	}()
+}
+
 // exitedLocked forgets a container that exited, which frees its capacity
 // for Deferred intents at once.
 func (a *Agent) exitedLocked(c *container) {
-	c.exited = ""
+	c.exited, c.exitedRemoved = "", false
 	a.forgetLocked(c, "container exited: its cgroup "+c.cgroup+" has no process left")
 }

@@ -307,6 +307,13 @@ func TestResyncLeavesWatchedToTheWatcher(t *testing.T) {
 	f.a = agent.New(f.cg, f.l, agent.WithExitWatcher(ex), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	t.Cleanup(func() { _ = f.a.Close(context.Background()) })
 	want(t, submit(t, f.a, spec("a", "/a", map[string]string{"cpu": "500m"}, nil)), intent.Completed, "")
+	// The outcome is published before the worker lets go of the
+	// container, and a resync passes over a container still held.
+	for deadline := time.Now().Add(5 * time.Second); !f.a.Idle(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the container's worker never let go")
+		}
+	}
 	if !ex.isWatched("/a") {
 		t.Fatal("/a is not watched")
 	}

@@ -30,6 +30,18 @@ type Runtime struct {
 	cgroups map[int]string            // PID -> cgroup path
 	nextPID int
 	updates int
+	// held, when set (SetHeld), is received from after each Update has
+	// done its work, before it returns.
+	held chan struct{}
+}
+
+// SetHeld makes every Update, once it has done its work, wait to receive
+// from ch before it returns (nil: not at all): a test holds the agent's
+// worker there.
+func (r *Runtime) SetHeld(ch chan struct{}) {
+	r.mu.Lock()
+	r.held = ch
+	r.mu.Unlock()
 }
 
 // NewRuntime returns an empty runtime whose containers live in cg's tree.
@@ -154,10 +166,17 @@ func (r *Runtime) Update(_ context.Context, id string, res cri.Resources) error 
 		m := res.MemoryLimit
 		cr.MemoryMax = &m
 	}
-	if cr.IsZero() {
-		return nil
+	var err error
+	if !cr.IsZero() {
+		err = r.cg.Write(path, cr)
 	}
-	return r.cg.Write(path, cr)
+	r.mu.Lock()
+	held := r.held
+	r.mu.Unlock()
+	if held != nil {
+		<-held
+	}
+	return err
 }
 
 // Restart implements agent.Runtime: the next attempt, with a new ID and
