@@ -197,11 +197,7 @@ func TestPhaseMetrics(t *testing.T) {
 // follows.
 func TestRuntimeContainerExit(t *testing.T) {
 	ex := newExits()
-	ra := agenttest.NewRuntimeAgent(t, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}, agent.WithExitWatcher(ex))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); ra.Run(ctx, time.Hour) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ra := runningRuntimeAgent(t, ex)
 
 	ra.AddContainer(t, "uid-1", "web", "/pod1/web")
 	ra.AddContainer(t, "uid-1", "side", "/pod1/side")
@@ -268,11 +264,7 @@ func TestRestartedWhileResized(t *testing.T) {
 	// Unbuffered: a send returns once the agent has taken the event, and
 	// the next once it has handled it.
 	ex := &exits{watched: map[string]bool{}, ch: make(chan cgroup.Event)}
-	ra := agenttest.NewRuntimeAgent(t, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}, agent.WithExitWatcher(ex))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); ra.Run(ctx, time.Hour) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ra := runningRuntimeAgent(t, ex)
 
 	ra.AddContainer(t, "uid-1", "web", "/pod1/web")
 	s := intent.Spec{Target: intent.Target{Name: "web", PodUID: "uid-1"}}
@@ -315,4 +307,14 @@ func TestRestartedWhileResized(t *testing.T) {
 	if got := ra.Ledger.Allocated().MilliCPU; got == 0 {
 		t.Errorf("web's capacity freed: allocated %dm", got)
 	}
+}
+
+// runningRuntimeAgent is a runtime's agent whose Run loop takes ex's exits.
+func runningRuntimeAgent(t *testing.T, ex *exits) *agenttest.RuntimeAgent {
+	ra := agenttest.NewRuntimeAgent(t, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}, agent.WithExitWatcher(ex))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); ra.Run(ctx, time.Hour) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ra
 }
