@@ -160,8 +160,30 @@ func apiResize(b *testing.B, c *api.Client, s intent.Spec, watch bool) (client, 
 
 // BenchmarkResizeAPI: as BenchmarkResizeInAgent, through the API on a
 // unix socket: the submission answered once settled (wait), as resizectl
-// does, and submit then watch (watch).
+// does, and submit then watch (watch). roundtrip is the peer of both: a GET
+// of a settled intent, the same answer over the same connection with nothing
+// done for it, so that what a resize adds to the API's own round trip shows.
 func BenchmarkResizeAPI(b *testing.B) {
+	b.Run("roundtrip", func(b *testing.B) {
+		c, paths := serveBench(b, 1)
+		_, _ = apiResize(b, c, cpuSpec(0, paths[0], 200), false)
+		ctx := context.Background()
+		its, err := c.List(ctx, "", "")
+		if err != nil || len(its) == 0 {
+			b.Fatalf("listing the intent: %v (%d)", err, len(its))
+		}
+		var cl []time.Duration
+		cpu0 := cpuTime()
+		for b.Loop() {
+			t0 := time.Now()
+			if _, err := c.Get(ctx, its[0].ID); err != nil {
+				b.Fatal(err)
+			}
+			cl = append(cl, time.Since(t0))
+		}
+		reportCPU(b, cpu0, len(cl))
+		reportQuantiles(b, "client", cl)
+	})
 	for _, watch := range []bool{false, true} {
 		name := "wait"
 		if watch {

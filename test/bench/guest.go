@@ -168,15 +168,17 @@ func (g *guest) latency(d *daemon) error {
 		}
 		cts[n] = ct
 	}
-	for _, p := range []string{"/bench/floor", "/bench/direct", "/bench/direct-watch"} {
+	for _, p := range []string{"/bench/floor", "/bench/direct", "/bench/direct-watch", "/bench/roundtrip"} {
 		if err := mkCgroup(p, false); err != nil {
 			return err
 		}
 	}
+	var lastDirect string // the direct method's last intent, for the round trip's GET
 	methods := []*method{
 		floorMethod("/bench/floor", cfg.n),
-		agentDirectMethod(d.client, "/bench/direct", cfg.n),
+		agentDirectMethod(d.client, &lastDirect, "/bench/direct", cfg.n),
 		agentWatchMethod(d.client, "/bench/direct-watch", cfg.n),
+		roundTripMethod(d.client, &lastDirect, "/bench/roundtrip", cfg.n),
 		agentCRIMethod(d.client, agentPod.uid, cts["agent"], cfg.nRuntime),
 		criMethod(cc, cts["cri"], cfg.nRuntime),
 		taskAPIMethod(tc, cts["tasks"], cfg.nRuntime),
@@ -220,7 +222,7 @@ func (g *guest) latency(d *daemon) error {
 		g.res.Latency = append(g.res.Latency, row)
 	}
 	resizes := 0
-	for _, m := range methods[1:4] { // the agent's three
+	for _, m := range []*method{methods[1], methods[2], methods[4]} { // the agent's three
 		resizes += len(m.client)
 	}
 	managed, err := d.client.Containers(ctx)
@@ -238,7 +240,7 @@ func agentMethods(d *daemon, paths []string) []*method {
 	for _, p := range paths {
 		t := intent.Target{Name: "c" + strings.ReplaceAll(strings.Trim(p, "/"), "/", "-"), CgroupPath: p}
 		out = append(out, &method{cgroup: p, resize: func(ctx context.Context, milli int64) (time.Duration, error) {
-			return agentResize(ctx, d.client, t, milli)
+			return agentResize(ctx, d.client, t, milli, nil)
 		}})
 	}
 	return out

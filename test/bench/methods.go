@@ -111,10 +111,14 @@ func cpuSpec(t intent.Target, milli int64) intent.Spec {
 
 // agentResize submits an intent over the unix socket with ?wait=, as
 // resizectl does, so that the answer comes once the intent has settled.
-func agentResize(ctx context.Context, c *api.Client, t intent.Target, milli int64) (time.Duration, error) {
+// The intent's ID is kept in id unless it is nil.
+func agentResize(ctx context.Context, c *api.Client, t intent.Target, milli int64, id *string) (time.Duration, error) {
 	it, _, err := c.SubmitWait(ctx, cpuSpec(t, milli), verifyTimeout)
 	if err != nil {
 		return 0, fmt.Errorf("submit: %w", err)
+	}
+	if id != nil {
+		*id = it.ID
 	}
 	return settled(it)
 }
@@ -141,10 +145,31 @@ func settled(it intent.Intent) (time.Duration, error) {
 	return it.Status.CompletedAt.Sub(it.Status.AcceptedAt), nil
 }
 
-func agentDirectMethod(c *api.Client, path string, n int) *method {
+// agentDirectMethod keeps the ID of its last settled intent in last, for
+// roundTripMethod.
+func agentDirectMethod(c *api.Client, last *string, path string, n int) *method {
 	t := intent.Target{Name: "bench-direct", CgroupPath: path}
-	return &method{name: "agent, bare cgroup", what: "API submit answered once settled (`?wait=`, as resizectl does)", n: n, cgroup: path,
-		resize: func(ctx context.Context, milli int64) (time.Duration, error) { return agentResize(ctx, c, t, milli) }}
+	return &method{name: directRow, what: "API submit answered once settled (`?wait=`, as resizectl does)", n: n, cgroup: path,
+		resize: func(ctx context.Context, milli int64) (time.Duration, error) { return agentResize(ctx, c, t, milli, last) }}
+}
+
+// roundTripMethod is the peer of the agent's methods as the client sees
+// them: a GET of the last intent the agent settled for the direct method
+// (the same answer, decoded the same way, over the same connection, with
+// nothing done for it), then the bare write of cpu.max. What the agent's
+// resize adds to the API's own round trip is the difference between the two.
+func roundTripMethod(c *api.Client, last *string, path string, n int) *method {
+	file := filepath.Join(cgroupRoot, path, cgroup.FileCPUMax)
+	return &method{name: roundTripRow, what: "GET of a settled intent over the agent's socket (the same answer, nothing done), then write `cpu.max`, read it back", n: n, cgroup: path,
+		resize: func(ctx context.Context, milli int64) (time.Duration, error) {
+			if *last == "" {
+				return -1, errors.New("no intent of the direct method to get yet")
+			}
+			if _, err := c.Get(ctx, *last); err != nil {
+				return -1, fmt.Errorf("get: %w", err)
+			}
+			return -1, os.WriteFile(file, []byte(cpuMaxText(milli)), 0)
+		}}
 }
 
 func agentWatchMethod(c *api.Client, path string, n int) *method {
@@ -158,7 +183,7 @@ func agentWatchMethod(c *api.Client, path string, n int) *method {
 func agentCRIMethod(c *api.Client, podUID string, ct benchContainer, n int) *method {
 	t := intent.Target{Name: ct.name, PodUID: podUID}
 	return &method{name: "agent, CRI container", what: "API submit answered once settled; the agent updates the container through CRI and reads back; its pod has a sidecar the agent does not manage", n: n, cgroup: ct.cgroup,
-		resize: func(ctx context.Context, milli int64) (time.Duration, error) { return agentResize(ctx, c, t, milli) }}
+		resize: func(ctx context.Context, milli int64) (time.Duration, error) { return agentResize(ctx, c, t, milli, nil) }}
 }
 
 func runcMethod(ct benchContainer, n int) *method {

@@ -51,6 +51,31 @@ func render(c renderConfig) error {
 	return os.WriteFile(c.readme, out.Bytes(), 0o644)
 }
 
+// Method names of the rows roundTrip compares (methods.go).
+const (
+	directRow    = "agent, bare cgroup"
+	roundTripRow = "API round trip, then bare write"
+)
+
+// roundTrip says what the agent's resize adds to the API's own round trip,
+// as the client sees it: the direct row against its peer.
+func roundTrip(w *strings.Builder, rows []LatencyRow) {
+	var direct, peer *LatencyRow
+	for i := range rows {
+		switch rows[i].Method {
+		case directRow:
+			direct = &rows[i]
+		case roundTripRow:
+			peer = &rows[i]
+		}
+	}
+	if direct == nil || peer == nil || peer.Client.P50 <= 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nAs the client sees it, the agent's resize (`?wait=`) p50 is %s against %s ms for the API round trip then the bare write (%s; p99 %s): the resize adds %s ms to the API's own round trip.\n",
+		f1(direct.Client.P50), f1(peer.Client.P50), ratio(direct.Client.P50, peer.Client.P50), ratio(direct.Client.P99, peer.Client.P99), f1(direct.Client.P50-peer.Client.P50))
+}
+
 func f1(v float64) string {
 	switch {
 	case v >= 100:
@@ -103,6 +128,7 @@ func markdown(r Results, c renderConfig) (string, error) {
 			fmt.Fprintf(&w, "| %s, in the agent | the intent's AcceptedAt → CompletedAt | %d | %s | %s | %s | %s |\n", l.Method, l.Server.N, f1(l.Server.P50), f1(l.Server.P99), ratio(l.Server.P50, floor.P50), ratio(l.Server.P99, floor.P99))
 		}
 	}
+	roundTrip(&w, r.Latency)
 	for _, n := range m.Notes {
 		fmt.Fprintf(&w, "\n%s.\n", n)
 	}
