@@ -150,7 +150,9 @@ func settled(it intent.Intent) (time.Duration, error) {
 func agentDirectMethod(c *api.Client, last *string, path string, n int) *method {
 	t := intent.Target{Name: "bench-direct", CgroupPath: path}
 	return &method{name: directRow, what: "API submit answered once settled (`?wait=`, as resizectl does)", n: n, cgroup: path,
-		resize: func(ctx context.Context, milli int64) (time.Duration, error) { return agentResize(ctx, c, t, milli, last) }}
+		resize: func(ctx context.Context, milli int64) (time.Duration, error) {
+			return agentResize(ctx, c, t, milli, last)
+		}}
 }
 
 // roundTripMethod is the peer of the agent's methods as the client sees
@@ -183,7 +185,9 @@ func agentWatchMethod(c *api.Client, path string, n int) *method {
 func agentCRIMethod(c *api.Client, podUID string, ct benchContainer, n int) *method {
 	t := intent.Target{Name: ct.name, PodUID: podUID}
 	return &method{name: "agent, CRI container", what: "API submit answered once settled; the agent updates the container through CRI and reads back; its pod has a sidecar the agent does not manage", n: n, cgroup: ct.cgroup,
-		resize: func(ctx context.Context, milli int64) (time.Duration, error) { return agentResize(ctx, c, t, milli, nil) }}
+		resize: func(ctx context.Context, milli int64) (time.Duration, error) {
+			return agentResize(ctx, c, t, milli, nil)
+		}}
 }
 
 func runcMethod(ct benchContainer, n int) *method {
