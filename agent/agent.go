@@ -565,8 +565,9 @@ func (a *Agent) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var exits <-chan cgroup.Event
+	var lost <-chan error
 	if a.exits.w != nil {
-		exits = a.exits.w.Events()
+		exits, lost = a.exits.w.Events(), a.exits.w.Errors()
 	}
 	for {
 		select {
@@ -574,6 +575,15 @@ func (a *Agent) Run(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 			a.Resync()
+		case err, ok := <-lost:
+			if !ok {
+				lost = nil
+				continue
+			}
+			// Exits may have gone unreported: look at every container now
+			// rather than at the next full round, minutes away.
+			a.log.Warn("the exit watcher may have missed events; looking at every managed container", "err", err)
+			a.resync(true)
 		case e, ok := <-exits:
 			if !ok {
 				exits = nil

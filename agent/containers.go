@@ -374,18 +374,26 @@ func (a *Agent) forgetLocked(c *container, why string) {
 }
 
 // fullResync: every fullResync-th Resync also looks at the containers
-// the exit watcher watches, in case it missed an event.
-const fullResync = 6
+// the exit watcher watches (5 minutes at the daemon's 10 s), in case an
+// event was lost without the watcher saying so; one it says it may have
+// missed (Run: ExitWatcher.Errors) makes the next resync full at once. It
+// was every sixth, a minute, until the watcher's errors were heard: with
+// 1,000 containers a full round is 1,000 opens, a tenth of a second under
+// TCG, and the rounds were a fifth of the agent's CPU at rest (issue 16).
+const fullResync = 30
 
 // Resync forgets containers whose cgroup has gone, which frees their
 // capacity for Deferred intents. The containers the exit watcher watches
 // are looked at only every fullResync-th time: the watcher reports their
 // exits as they happen, and a resync of every container every interval
 // was most of the agent's idle CPU with 1,000 of them (issue 16).
-func (a *Agent) Resync() {
+func (a *Agent) Resync() { a.resync(false) }
+
+// resync is Resync, of every container when all is set.
+func (a *Agent) resync(all bool) {
 	a.mu.Lock()
 	a.resyncs++
-	full := a.resyncs%fullResync == 0
+	full := all || a.resyncs%fullResync == 0
 	var idle []*container
 	for _, c := range a.containers {
 		if !c.running && (full || !c.watched) {

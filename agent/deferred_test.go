@@ -62,9 +62,12 @@ type exits struct {
 	mu      sync.Mutex
 	watched map[string]bool
 	ch      chan cgroup.Event
+	errs    chan error
 }
 
-func newExits() *exits { return &exits{watched: map[string]bool{}, ch: make(chan cgroup.Event, 8)} }
+func newExits() *exits {
+	return &exits{watched: map[string]bool{}, ch: make(chan cgroup.Event, 8), errs: make(chan error, 1)}
+}
 
 func (e *exits) Watch(p string) error {
 	e.mu.Lock()
@@ -80,6 +83,7 @@ func (e *exits) Unwatch(p string) {
 }
 
 func (e *exits) Events() <-chan cgroup.Event { return e.ch }
+func (e *exits) Errors() <-chan error        { return e.errs }
 
 func (e *exits) isWatched(p string) bool {
 	e.mu.Lock()

@@ -10,11 +10,13 @@ import (
 )
 
 // ExitWatcher reports when a watched cgroup empties or is removed;
-// *cgroup.Watcher implements it.
+// *cgroup.Watcher implements it. Errors reports that it may have missed
+// events (an inotify queue overflow): Run then looks at every container.
 type ExitWatcher interface {
 	Watch(path string) error
 	Unwatch(path string)
 	Events() <-chan cgroup.Event
+	Errors() <-chan error
 }
 
 // exitWatch is the ExitWatcher, if any, with what watching needs.

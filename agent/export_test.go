@@ -29,3 +29,7 @@ func (a *Agent) Idle() bool {
 	}
 	return true
 }
+
+// FullResync is how many Resyncs there are to one that looks at every
+// container.
+const FullResync = fullResync

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -320,9 +321,9 @@ func TestOrderPerContainerUnderLoad(t *testing.T) {
 }
 
 // TestResyncLeavesWatchedToTheWatcher: a Resync does not look at the
-// containers the exit watcher watches, but every sixth looks at them all,
-// in case the watcher missed an event; an unwatched container is looked at
-// every time.
+// containers the exit watcher watches, but every FullResync-th looks at
+// them all, in case the watcher missed an event; an unwatched container is
+// looked at every time.
 func TestResyncLeavesWatchedToTheWatcher(t *testing.T) {
 	ex := newExits()
 	f := newFixture(t, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}, "/a")
@@ -342,7 +343,7 @@ func TestResyncLeavesWatchedToTheWatcher(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(f.root, "a")); err != nil {
 		t.Fatal(err)
 	}
-	for i := 1; i < 6; i++ {
+	for i := 1; i < agent.FullResync; i++ {
 		f.a.Resync()
 		if f.a.ManagedContainers() != 1 {
 			t.Fatalf("resync %d looked at a watched container", i)
@@ -350,7 +351,41 @@ func TestResyncLeavesWatchedToTheWatcher(t *testing.T) {
 	}
 	f.a.Resync()
 	if n := f.a.ManagedContainers(); n != 0 {
-		t.Errorf("the sixth resync left %d managed containers, want 0 (its cgroup is gone)", n)
+		t.Errorf("resync %d left %d managed containers, want 0 (its cgroup is gone)", agent.FullResync, n)
+	}
+}
+
+// TestWatcherErrorLooksAtAll: when the exit watcher says it may have
+// missed events (an inotify queue overflow), Run looks at every container
+// at once, and forgets one whose cgroup went unreported, rather than at the
+// next full round minutes later.
+func TestWatcherErrorLooksAtAll(t *testing.T) {
+	ex := newExits()
+	f := newFixture(t, admission.Capacity{MilliCPU: 4000, Memory: 8 * gi}, "/a")
+	f.a = agent.New(f.cg, f.l, agent.WithExitWatcher(ex), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	t.Cleanup(func() { _ = f.a.Close(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.a.Run(ctx, time.Hour) }() // no periodic resync in the test's time
+	t.Cleanup(func() { cancel(); <-done })
+	want(t, submit(t, f.a, spec("a", "/a", map[string]string{"cpu": "500m"}, nil)), intent.Completed, "")
+	for deadline := time.Now().Add(5 * time.Second); !f.a.Idle() || !ex.isWatched("/a"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the container's worker never let go, or /a is not watched")
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(f.root, "a")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if f.a.ManagedContainers() != 1 {
+		t.Fatal("the container was forgotten before the watcher said anything")
+	}
+	ex.errs <- errors.New("fsnotify: queue or buffer overflow")
+	for deadline := time.Now().Add(5 * time.Second); f.a.ManagedContainers() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("after the watcher's error the container whose cgroup is gone is still managed")
+		}
 	}
 }
 
