@@ -276,7 +276,10 @@ func concurrent(d *daemon, ms []*method, workers, total int) ThroughputRow {
 					}
 					errs++
 				} else {
-					client, server = append(client, cl), append(server, srv)
+					client = append(client, cl)
+					if srv >= 0 {
+						server = append(server, srv)
+					}
 				}
 				mu.Unlock()
 			}
@@ -343,6 +346,28 @@ func (g *guest) scale(d *daemon) error {
 		if err := g.write(); err != nil {
 			return err
 		}
+	}
+	// The throughput rows' peer: as many clients, each making the API's
+	// round trip and a bare write of a cgroup of its own (roundTripMethod),
+	// with nothing asked of the agent.
+	page, _, err := d.client.ListPage(context.Background(), "", intent.Completed, 1, "")
+	if err != nil || len(page) == 0 {
+		return fmt.Errorf("a settled intent for the round trip's GET: %v (%d)", err, len(page))
+	}
+	rtPaths, err := benchPaths("/bench/rt", g.cfg.workers)
+	if err != nil {
+		return err
+	}
+	var rt []*method
+	for _, p := range rtPaths {
+		rt = append(rt, roundTripMethod(d.client, &page[0].ID, p, 0))
+	}
+	row := concurrent(d, rt, g.cfg.workers, max(g.cfg.n, 2000))
+	row.Peer = roundTripRow
+	fmt.Printf("bench: throughput of the round trip peer: %d in %.1fs, %.0f/s\n", row.Resizes, row.Seconds, row.PerSec)
+	g.res.Throughput = append(g.res.Throughput, row)
+	if row.Errors > 0 {
+		return fmt.Errorf("the round trip peer: %d failed", row.Errors)
 	}
 	// At rest with everything managed: the periodic work (resync, drift),
 	// once the load's tail (the collector returning its heap) is over.

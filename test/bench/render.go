@@ -141,9 +141,25 @@ func markdown(r Results, c renderConfig) (string, error) {
 	if len(r.Throughput) > 0 {
 		w.WriteString("\n**Throughput**: concurrent API clients, each resizing its share of N bare cgroups (each submission answered once settled, `?wait=`), through one agent.\n\n")
 		w.WriteString("| cgroups | clients | resizes | resizes/s | p50 ms | p99 ms | in the agent p50 | in the agent p99 | agent CPU |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-		for _, t := range r.Throughput {
-			fmt.Fprintf(&w, "| %d | %d | %d | %s | %s | %s | %s | %s | %.0f%% |\n", t.Managed, t.Workers, t.Resizes, f1(t.PerSec),
-				f1(t.Client.P50), f1(t.Client.P99), f1(t.Server.P50), f1(t.Server.P99), t.AgentCPU)
+		var peer *ThroughputRow
+		for i, t := range r.Throughput {
+			first, in50, in99 := strconv.Itoa(t.Managed), f1(t.Server.P50), f1(t.Server.P99)
+			if t.Peer != "" {
+				peer = &r.Throughput[i]
+				first, in50, in99 = "peer: "+t.Peer, "–", "–"
+			}
+			fmt.Fprintf(&w, "| %s | %d | %d | %s | %s | %s | %s | %s | %.0f%% |\n", first, t.Workers, t.Resizes, f1(t.PerSec),
+				f1(t.Client.P50), f1(t.Client.P99), in50, in99, t.AgentCPU)
+		}
+		if peer != nil && peer.PerSec > 0 {
+			w.WriteString("\nThe peer's clients make the API's round trip (a GET of a settled intent) and write a cgroup of their own, with nothing asked of the agent: the most resizes a second these clients could make over this API on this vCPU if a resize cost the agent nothing. The agent's rows are ")
+			var parts []string
+			for _, t := range r.Throughput {
+				if t.Peer == "" {
+					parts = append(parts, fmt.Sprintf("%s (%d cgroups)", ratio(t.PerSec, peer.PerSec), t.Managed))
+				}
+			}
+			w.WriteString(strings.Join(parts, ", ") + " of the peer's rate.\n")
 		}
 	}
 	if len(r.Scaling) > 0 {

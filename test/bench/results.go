@@ -73,6 +73,9 @@ type LatencyRow struct {
 
 // ThroughputRow is a run of concurrent resizes across Managed cgroups.
 type ThroughputRow struct {
+	// Peer names a row that is not the agent's resizes but their peer
+	// (roundTripRow), measured the same way; empty for the agent's.
+	Peer    string  `json:"peer,omitempty"`
 	Managed int     `json:"managed"`
 	Workers int     `json:"workers"`
 	Resizes int     `json:"resizes"`
