@@ -354,6 +354,9 @@ func (g *guest) scale(d *daemon) error {
 	if err != nil || len(page) == 0 {
 		return fmt.Errorf("a settled intent for the round trip's GET: %v (%d)", err, len(page))
 	}
+	if err := mkCgroup("/bench/rt", true); err != nil {
+		return err
+	}
 	rtPaths, err := benchPaths("/bench/rt", g.cfg.workers)
 	if err != nil {
 		return err
